@@ -1,0 +1,1 @@
+"""Wire formats spoken or written by the control plane (ACP, JSONL transcripts)."""

@@ -1,0 +1,470 @@
+"""Reading and validating JSONL session transcripts (format versions 1 to 3).
+
+The format is the pi coding agent's session file (see ``transcript-v3.md``). Readers must
+accept what older writers produced, so :func:`read_transcript` takes version 1, 2 and 3 files
+(a missing version means 1), skips lines that are not JSON, and normalizes the one v2 → v3
+rename that changes meaning (message role ``hookMessage`` became ``custom``). Everything else
+is kept as written, field order included, so that :func:`dump_transcript` reproduces a
+compact-JSON file byte for byte.
+
+Entries are checked per type with pydantic models run in strict mode: required fields must be
+present with the right JSON type; unknown extra fields are allowed because extensions add them.
+:func:`validate_v3` adds the structural checks an export from this project must pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "Transcript",
+    "TranscriptFormatError",
+    "dump_lines",
+    "dump_transcript",
+    "read_transcript",
+    "validate_v3",
+]
+
+SUPPORTED_VERSIONS = (1, 2, 3)
+CURRENT_VERSION = 3
+
+
+class TranscriptFormatError(ValueError):
+    """A transcript line that is JSON but not a valid header or entry.
+
+    ``line`` is the 1-based physical line number in the file.
+    """
+
+    def __init__(self, line: int, reason: str) -> None:
+        super().__init__(f"line {line}: {reason}")
+        self.line = line
+        self.reason = reason
+
+
+@dataclass
+class Transcript:
+    """A parsed transcript: the header object and the entries, as plain JSON dicts."""
+
+    header: dict[str, Any]
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        """The header's format version; a header without one is version 1."""
+        version = self.header.get("version", 1)
+        return version if isinstance(version, int) else 1
+
+
+# --------------------------------------------------------------------------- models
+
+
+class _Strict(BaseModel):
+    # strict: a JSON string "3" must not pass as a number, nor true as 1.
+    # extra="allow": extensions and newer writers add fields; they are not errors.
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+Number = int | float
+
+
+class _TextBlock(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class _ImageBlock(_Strict):
+    type: Literal["image"]
+    data: str
+    mimeType: str
+
+
+class _ThinkingBlock(_Strict):
+    type: Literal["thinking"]
+    thinking: str
+
+
+class _ToolCallBlock(_Strict):
+    type: Literal["toolCall"]
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+_UserBlock = Annotated[_TextBlock | _ImageBlock, Field(discriminator="type")]
+_AssistantBlock = Annotated[
+    _TextBlock | _ThinkingBlock | _ToolCallBlock, Field(discriminator="type")
+]
+
+
+class _Cost(_Strict):
+    input: Number
+    output: Number
+    cacheRead: Number
+    cacheWrite: Number
+    total: Number
+
+
+class _Usage(_Strict):
+    input: Number
+    output: Number
+    cacheRead: Number
+    cacheWrite: Number
+    totalTokens: Number
+    cost: _Cost
+
+
+class _UserMessage(_Strict):
+    role: Literal["user"]
+    content: str | list[_UserBlock]
+    timestamp: Number
+
+
+class _AssistantMessage(_Strict):
+    role: Literal["assistant"]
+    content: list[_AssistantBlock]
+    api: str
+    provider: str
+    model: str
+    usage: _Usage
+    stopReason: Literal["stop", "length", "toolUse", "error", "aborted"]
+    timestamp: Number
+    errorMessage: str | None = None
+
+
+class _ToolResultMessage(_Strict):
+    role: Literal["toolResult"]
+    toolCallId: str
+    toolName: str
+    content: list[_UserBlock]
+    isError: bool
+    timestamp: Number
+
+
+class _CustomMessage(_Strict):
+    role: Literal["custom"]
+    customType: str
+    content: str | list[_UserBlock]
+    display: bool
+    timestamp: Number
+
+
+class _OtherMessage(_Strict):
+    # pi stores further agent-side roles (bashExecution, branchSummary, ...); their shape is
+    # pi's business, so only the discriminating role is checked.
+    role: str
+
+
+_MESSAGE_MODELS: dict[str, type[_Strict]] = {
+    "user": _UserMessage,
+    "assistant": _AssistantMessage,
+    "toolResult": _ToolResultMessage,
+    "custom": _CustomMessage,
+}
+
+
+class _Header(_Strict):
+    type: Literal["session"]
+    id: str
+    timestamp: str
+    cwd: str
+    version: Literal[1, 2, 3] = 1
+    parentSession: str | None = None
+
+
+class _HeaderV1(_Header):
+    # The oldest files may predate the cwd field.
+    cwd: str = ""
+
+
+class _TreeFields(_Strict):
+    """Fields every v2/v3 entry carries; parentId must be present even when null."""
+
+    type: str
+    id: str
+    parentId: str | None
+    timestamp: str
+
+
+class _LinearFields(_Strict):
+    """v1 entries form a plain list and have no id/parentId."""
+
+    type: str
+    timestamp: str
+
+
+class _MessageEntry(_Strict):
+    message: dict[str, Any]
+
+
+class _ModelChangeEntry(_Strict):
+    provider: str
+    modelId: str
+
+
+class _ThinkingLevelChangeEntry(_Strict):
+    thinkingLevel: str
+
+
+class _CompactionEntry(_Strict):
+    summary: str
+    firstKeptEntryId: str
+    tokensBefore: Number
+    details: Any = None
+    fromHook: bool | None = None
+
+
+class _CompactionEntryV1(_CompactionEntry):
+    # v1 pointed at the first kept entry by list index instead of by id.
+    firstKeptEntryId: str | None = None  # type: ignore[assignment]
+    firstKeptEntryIndex: int | None = None
+
+
+class _BranchSummaryEntry(_Strict):
+    fromId: str
+    summary: str
+    details: Any = None
+    fromHook: bool | None = None
+
+
+class _CustomEntry(_Strict):
+    customType: str
+    data: Any = None
+
+
+class _CustomMessageEntry(_Strict):
+    customType: str
+    content: str | list[_UserBlock]
+    display: bool
+    details: Any = None
+
+
+class _LabelEntry(_Strict):
+    targetId: str
+    label: str | None = None
+
+
+class _SessionInfoEntry(_Strict):
+    name: str | None = None
+
+
+_ENTRY_MODELS: dict[str, type[_Strict]] = {
+    "message": _MessageEntry,
+    "model_change": _ModelChangeEntry,
+    "thinking_level_change": _ThinkingLevelChangeEntry,
+    "compaction": _CompactionEntry,
+    "branch_summary": _BranchSummaryEntry,
+    "custom": _CustomEntry,
+    "custom_message": _CustomMessageEntry,
+    "label": _LabelEntry,
+    "session_info": _SessionInfoEntry,
+}
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass
+class _Parsed:
+    transcript: Transcript
+    header_line: int
+    entry_lines: list[int]
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"]) or "(object)"
+        parts.append(f"{location}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def _check(model: type[BaseModel], obj: Mapping[str, Any], line: int, what: str) -> None:
+    try:
+        model.model_validate(obj)
+    except ValidationError as error:
+        raise TranscriptFormatError(line, f"invalid {what}: {_describe(error)}") from None
+
+
+def _json_objects(raw: bytes) -> Iterable[tuple[int, Any]]:
+    """Yield (line number, parsed value) for every line that parses; skip the rest."""
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        if not chunk.strip():
+            continue
+        try:
+            yield number, json.loads(chunk.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            continue  # the format says readers skip lines that do not parse
+
+
+def _header_version(header: Mapping[str, Any], line: int) -> int:
+    version = header.get("version", 1)
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        raise TranscriptFormatError(line, f"unsupported transcript version {version!r}")
+    return int(version)
+
+
+def _validate_header(obj: Any, line: int) -> int:
+    if not isinstance(obj, dict) or obj.get("type") != "session":
+        raise TranscriptFormatError(line, "the first entry must be the session header")
+    version = _header_version(obj, line)
+    _check(_HeaderV1 if version == 1 else _Header, obj, line, "session header")
+    return version
+
+
+def _validate_message(message: Mapping[str, Any], line: int) -> None:
+    role = message.get("role")
+    model = _MESSAGE_MODELS.get(role, _OtherMessage) if isinstance(role, str) else _OtherMessage
+    _check(model, message, line, f"{role if isinstance(role, str) else 'message'} message")
+
+
+def _validate_entry(obj: Any, version: int, line: int) -> None:
+    if not isinstance(obj, dict):
+        raise TranscriptFormatError(line, "an entry must be a JSON object")
+    _check(_LinearFields if version == 1 else _TreeFields, obj, line, "entry")
+    entry_type = obj["type"]
+    model = _ENTRY_MODELS.get(entry_type)
+    if model is None:
+        raise TranscriptFormatError(line, f"unknown entry type {entry_type!r}")
+    if model is _CompactionEntry and version == 1:
+        model = _CompactionEntryV1
+    _check(model, obj, line, f"{entry_type} entry")
+    if entry_type == "message":
+        _validate_message(obj["message"], line)
+
+
+def _normalize_v2(entry: dict[str, Any]) -> None:
+    """v3 renamed the message role ``hookMessage`` to ``custom``; nothing else changed."""
+    message = entry.get("message")
+    if entry.get("type") != "message" or not isinstance(message, dict):
+        return
+    if message.get("role") == "hookMessage":
+        message["role"] = "custom"
+
+
+def _parse(raw: bytes) -> _Parsed:
+    objects = iter(_json_objects(raw))
+    first = next(objects, None)
+    if first is None:
+        raise TranscriptFormatError(1, "no session header: the file has no JSON lines")
+    header_line, header = first
+    version = _validate_header(header, header_line)
+    entries: list[dict[str, Any]] = []
+    lines: list[int] = []
+    for line, obj in objects:
+        if version < CURRENT_VERSION and isinstance(obj, dict):
+            _normalize_v2(obj)
+        _validate_entry(obj, version, line)
+        entries.append(obj)
+        lines.append(line)
+    return _Parsed(Transcript(header=header, entries=entries), header_line, lines)
+
+
+def read_transcript(path: str | Path) -> Transcript:
+    """Read and validate a transcript file of any supported version.
+
+    Raises :class:`TranscriptFormatError` for a missing/invalid header or an invalid entry.
+    """
+    return _parse(Path(path).read_bytes()).transcript
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def dump_lines(objects: Iterable[Mapping[str, Any]]) -> str:
+    """Serialize JSON objects as compact JSONL, the byte form the reference writer uses."""
+    return "".join(
+        json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n" for obj in objects
+    )
+
+
+def dump_transcript(transcript: Transcript) -> str:
+    """Render a transcript back to JSONL text: header line, then one line per entry."""
+    return dump_lines([transcript.header, *transcript.entries])
+
+
+# --------------------------------------------------------------------------- v3 checks
+
+
+def _check_tree(parsed: _Parsed) -> None:
+    seen: set[str] = set()
+    for entry, line in zip(parsed.transcript.entries, parsed.entry_lines, strict=True):
+        entry_id = entry["id"]
+        if entry_id in seen:
+            raise TranscriptFormatError(line, f"duplicate entry id {entry_id!r}")
+        parent = entry["parentId"]
+        # Requiring parents to come earlier also rules out cycles.
+        if parent is not None and parent not in seen:
+            raise TranscriptFormatError(line, f"parentId {parent!r} does not name an earlier entry")
+        seen.add(entry_id)
+
+
+def _leaf_paths(entries: list[dict[str, Any]]) -> Iterable[list[int]]:
+    """Yield each root-to-leaf branch as a list of entry indexes."""
+    index_of = {entry["id"]: i for i, entry in enumerate(entries)}
+    has_child = {entry["parentId"] for entry in entries if entry["parentId"] is not None}
+    for i, entry in enumerate(entries):
+        if entry["id"] in has_child:
+            continue
+        path = []
+        cursor: int | None = i
+        while cursor is not None:
+            path.append(cursor)
+            parent = entries[cursor]["parentId"]
+            cursor = index_of[parent] if parent is not None else None
+        yield path[::-1]
+
+
+def _tool_call_ids(entry: Mapping[str, Any]) -> list[str]:
+    message = entry.get("message") if entry["type"] == "message" else None
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return []
+    return [block["id"] for block in message["content"] if block["type"] == "toolCall"]
+
+
+def _tool_result_id(entry: Mapping[str, Any]) -> str | None:
+    message = entry.get("message") if entry["type"] == "message" else None
+    if isinstance(message, dict) and message.get("role") == "toolResult":
+        return str(message["toolCallId"])
+    return None
+
+
+def _check_tool_results(parsed: _Parsed) -> None:
+    entries = parsed.transcript.entries
+    # Every branch is checked, not only the current one: an export must be loadable from
+    # whichever leaf a user resumes.
+    for path in _leaf_paths(entries):
+        for position, index in enumerate(path):
+            for call_id in _tool_call_ids(entries[index]):
+                later = path[position + 1 :]
+                results = sum(1 for i in later if _tool_result_id(entries[i]) == call_id)
+                if results != 1:
+                    raise TranscriptFormatError(
+                        parsed.entry_lines[index],
+                        f"tool call {call_id!r} has {results} toolResult messages after it "
+                        "on its branch; expected exactly 1",
+                    )
+
+
+def validate_v3(path: str | Path) -> Transcript:
+    """Check that a file is a valid v3 export; return it parsed, or raise the first problem.
+
+    On top of :func:`read_transcript`'s per-entry checks: the header is on line 1 with version 3,
+    entry ids are unique, every parentId is null or an earlier entry's id, and every toolCall
+    block is followed on its branch by exactly one toolResult with its id.
+    """
+    parsed = _parse(Path(path).read_bytes())
+    if parsed.header_line != 1:
+        raise TranscriptFormatError(1, "line 1 must be the session header")
+    version = parsed.transcript.header.get("version")
+    if version != CURRENT_VERSION or isinstance(version, bool):
+        raise TranscriptFormatError(1, f"expected version 3, found {version!r}")
+    _check_tree(parsed)
+    _check_tool_results(parsed)
+    return parsed.transcript

@@ -1,0 +1,42 @@
+"""Pure state machines for sessions and commands, and the control plane's exception tree."""
+
+from state_machines.command import COMMAND_MACHINE, CommandEvent, CommandState
+from state_machines.errors import (
+    AgentProtocolError,
+    AgentStartFailed,
+    CheckpointError,
+    CommandNotFound,
+    ControlPlaneError,
+    IdempotencyConflict,
+    IllegalTransition,
+    LimitExceeded,
+    SessionClosed,
+    SessionNotFound,
+    StaleEpoch,
+    StoreError,
+)
+from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, SessionState
+from state_machines.table import TransitionTable
+
+__all__ = [
+    "COMMAND_MACHINE",
+    "SESSION_MACHINE",
+    "TURN_STATES",
+    "AgentProtocolError",
+    "AgentStartFailed",
+    "CheckpointError",
+    "CommandEvent",
+    "CommandNotFound",
+    "CommandState",
+    "ControlPlaneError",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "LimitExceeded",
+    "SessionClosed",
+    "SessionEvent",
+    "SessionNotFound",
+    "SessionState",
+    "StaleEpoch",
+    "StoreError",
+    "TransitionTable",
+]

@@ -1,0 +1,46 @@
+"""The command (run) state machine.
+
+``queued -> running -> completed | failed | cancelled``, ``queued -> cancelled``, and
+``running -> queued`` when an interrupted run is retried within its attempt budget. The three
+final states accept nothing: an outcome, once recorded, never changes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from state_machines.table import TransitionTable
+
+
+class CommandState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class CommandEvent(StrEnum):
+    CLAIM = "claim"  # a session actor took the command to run it
+    COMPLETE = "complete"  # it ran to an outcome
+    FAIL = "fail"  # it could not run to an outcome
+    CANCEL = "cancel"  # the host cancelled it before or while it ran
+    REQUEUE = "requeue"  # it was interrupted (crash, lost owner) and will run again
+
+
+_C = CommandState
+_V = CommandEvent
+
+COMMAND_MACHINE: TransitionTable[CommandState, CommandEvent] = TransitionTable(
+    name="command",
+    initial=_C.QUEUED,
+    transitions={
+        (_C.QUEUED, _V.CLAIM): _C.RUNNING,
+        (_C.QUEUED, _V.CANCEL): _C.CANCELLED,
+        (_C.RUNNING, _V.COMPLETE): _C.COMPLETED,
+        (_C.RUNNING, _V.FAIL): _C.FAILED,
+        (_C.RUNNING, _V.CANCEL): _C.CANCELLED,
+        (_C.RUNNING, _V.REQUEUE): _C.QUEUED,
+    },
+    final=frozenset({_C.COMPLETED, _C.FAILED, _C.CANCELLED}),
+)

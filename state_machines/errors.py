@@ -1,0 +1,119 @@
+"""The exception tree of the control plane, in one place.
+
+Every error the control plane raises on purpose is a ``ControlPlaneError``; callers can catch
+the root or a typed child. Fields carry the ids and states involved so a host can react
+without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/``.
+
+    ControlPlaneError
+    ├── IllegalTransition      a state machine event with no entry in its table
+    ├── SessionNotFound        no session with that id
+    ├── CommandNotFound        no command with that id
+    ├── IdempotencyConflict    a key reused with another payload
+    ├── SessionClosed          a command sent to a closed session
+    ├── CheckpointError        a checkpoint moved backwards or past the last event
+    ├── StaleEpoch             a write carrying an outdated fencing epoch
+    ├── LimitExceeded          a configured limit refused the request
+    ├── AgentStartFailed       the agent process could not be started or initialized
+    ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
+    └── StoreError             the database could not be used (locked, corrupt, not SQLite)
+
+The tree lives in ``state_machines`` only because that is the bottom of the import graph
+(``control_plane -> actors -> {protocol, store} -> state_machines``): every layer can raise
+these without importing a layer above it.
+"""
+
+from __future__ import annotations
+
+
+class ControlPlaneError(Exception):
+    """Root of every error the control plane raises on purpose."""
+
+
+class IllegalTransition(ControlPlaneError):
+    """An event has no entry in a state machine's table; the state did not change."""
+
+    def __init__(self, machine: str, state: str, event: str, subject: str | None = None) -> None:
+        self.machine = machine
+        self.state = state
+        self.event = event
+        self.subject = subject
+        where = f" ({subject})" if subject else ""
+        super().__init__(f"{machine}{where}: event {event!r} is not allowed in state {state!r}")
+
+
+class SessionNotFound(ControlPlaneError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session with id {session_id!r}")
+
+
+class CommandNotFound(ControlPlaneError):
+    def __init__(self, command_id: str) -> None:
+        self.command_id = command_id
+        super().__init__(f"no command with id {command_id!r}")
+
+
+class IdempotencyConflict(ControlPlaneError):
+    """The idempotency key was used before with a different kind or payload."""
+
+    def __init__(self, key: str, scope: str, existing_id: str) -> None:
+        self.key = key
+        self.scope = scope
+        self.existing_id = existing_id
+        super().__init__(
+            f"idempotency key {key!r} was already used in {scope} for a different request "
+            f"(existing {existing_id}); use a new key for a new request"
+        )
+
+
+class SessionClosed(ControlPlaneError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} is closed and accepts no commands")
+
+
+class CheckpointError(ControlPlaneError):
+    def __init__(self, binding_id: str, current: int, requested: int, last_event: int) -> None:
+        self.binding_id = binding_id
+        self.current = current
+        self.requested = requested
+        self.last_event = last_event
+        super().__init__(
+            f"checkpoint of binding {binding_id!r} cannot move from {current} to {requested} "
+            f"(last committed event seq is {last_event})"
+        )
+
+
+class StaleEpoch(ControlPlaneError):
+    def __init__(self, session_id: str, epoch: int) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        super().__init__(
+            f"write to session {session_id!r} carries fencing epoch {epoch}, "
+            "which is no longer current: another process owns the session"
+        )
+
+
+class LimitExceeded(ControlPlaneError):
+    def __init__(self, limit: str, value: int, detail: str = "") -> None:
+        self.limit = limit
+        self.value = value
+        super().__init__(f"limit {limit}={value} exceeded" + (f": {detail}" if detail else ""))
+
+
+class AgentStartFailed(ControlPlaneError):
+    def __init__(self, message: str, session_id: str | None = None) -> None:
+        self.session_id = session_id
+        super().__init__(message)
+
+
+class AgentProtocolError(ControlPlaneError):
+    def __init__(self, message: str, session_id: str | None = None) -> None:
+        self.session_id = session_id
+        super().__init__(message)
+
+
+class StoreError(ControlPlaneError):
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(message)

@@ -1,0 +1,44 @@
+"""The durable store: SQLite in WAL mode through SQLAlchemy Core, one group-commit writer."""
+
+from store.async_reads import AsyncReader
+from store.engine import Synchronous
+from store.faults import InjectedFault
+from store.integrity import IntegrityCheck
+from store.records import (
+    AgentSpec,
+    BindingRecord,
+    BindingSpec,
+    CommandKind,
+    CommandRecord,
+    EnqueueResult,
+    EventRecord,
+    NewEvent,
+    RecoveryReport,
+    SessionRecord,
+    SinkKind,
+    SpawnResult,
+)
+from store.store import Store, StoreOptions
+from store.writer import WriteContext
+
+__all__ = [
+    "AgentSpec",
+    "AsyncReader",
+    "BindingRecord",
+    "BindingSpec",
+    "CommandKind",
+    "CommandRecord",
+    "EnqueueResult",
+    "EventRecord",
+    "InjectedFault",
+    "IntegrityCheck",
+    "NewEvent",
+    "RecoveryReport",
+    "SessionRecord",
+    "SinkKind",
+    "SpawnResult",
+    "Store",
+    "StoreOptions",
+    "Synchronous",
+    "WriteContext",
+]

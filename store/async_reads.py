@@ -1,0 +1,86 @@
+"""Read access for asyncio callers through SQLAlchemy's ``sqlite+aiosqlite`` driver.
+
+Only reads: measured here, the async write path managed 400-600 single-row transactions/s,
+far below the group-commit writer. Tailing a session's log polls after the last seen seq;
+pass ``wake`` (an ``asyncio.Event`` set from a store subscription) to poll at once on append.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from state_machines import SessionNotFound, SessionState
+from store import queries
+from store.engine import async_url
+from store.records import EventRecord, SessionRecord
+from store.rows import event_from_row, session_from_row
+from store.schema import sessions
+
+
+class AsyncReader:
+    def __init__(self, path: str, busy_timeout_ms: int = 1000) -> None:
+        self._engine: AsyncEngine = create_async_engine(async_url(path))
+
+        @event.listens_for(self._engine.sync_engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cur.close()
+
+    async def aclose(self) -> None:
+        await self._engine.dispose()
+
+    async def list_sessions(
+        self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None
+    ) -> list[SessionRecord]:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(queries.sessions_query(state, None, after_id).limit(limit))
+            return [session_from_row(r) for r in result]
+
+    async def events_after(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(queries.events_query(session_id, after_seq, limit))
+            return [event_from_row(r) for r in result]
+
+    async def _session_exists(self, session_id: str) -> bool:
+        async with self._engine.connect() as conn:
+            result = await conn.execute(sessions.select().where(sessions.c.id == session_id))
+            return result.first() is not None
+
+    async def tail(
+        self,
+        session_id: str,
+        after_seq: int = 0,
+        poll_interval_s: float = 0.05,
+        wake: asyncio.Event | None = None,
+        stop_after_close: bool = True,
+    ) -> AsyncIterator[EventRecord]:
+        """Yield the session's events after ``after_seq`` as they are committed, in order.
+        Ends after the ``closed`` event when ``stop_after_close``."""
+        if not await self._session_exists(session_id):
+            raise SessionNotFound(session_id)
+        last = after_seq
+        while True:
+            batch = await self.events_after(session_id, last, limit=500)
+            for ev in batch:
+                last = ev.seq
+                yield ev
+                if stop_after_close and ev.kind == "closed":
+                    return
+            if batch:
+                continue
+            if wake is None:
+                await asyncio.sleep(poll_interval_s)
+            else:
+                try:
+                    await asyncio.wait_for(wake.wait(), poll_interval_s * 10)
+                except TimeoutError:
+                    pass
+                wake.clear()

@@ -1,0 +1,520 @@
+"""Write operations. Each runs inside one transaction of the group-commit writer.
+
+Every state change goes through a guarded UPDATE whose allowed set comes from the transition
+tables (``UPDATE ... WHERE state IN (sources)``); a row count of zero means the guard refused,
+and the operation raises ``IllegalTransition`` with the state it found.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from state_machines import (
+    COMMAND_MACHINE,
+    SESSION_MACHINE,
+    CommandEvent,
+    CommandState,
+    IdempotencyConflict,
+    SessionClosed,
+    SessionEvent,
+    SessionNotFound,
+    SessionState,
+)
+from state_machines.errors import CheckpointError, StaleEpoch
+from store import queries
+from store.faults import fault_point
+from store.hashing import canonical_json, request_hash
+from store.records import (
+    AgentSpec,
+    BindingRecord,
+    BindingSpec,
+    CommandKind,
+    CommandRecord,
+    EnqueueResult,
+    EventRecord,
+    NewEvent,
+    RecoveryReport,
+    SessionRecord,
+    SpawnResult,
+)
+from store.schema import bindings, commands, delivery_checkpoints, events, sessions
+from store.writer import WriteContext
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+def transition_session(
+    conn: Connection,
+    session_id: str,
+    event: SessionEvent,
+    epoch: int | None = None,
+    **values: Any,
+) -> SessionState:
+    """Apply ``event`` to a session through the SQL guard; returns the new state.
+
+    With ``epoch`` the write is fenced: it only applies while the session's epoch is still
+    the caller's, else ``StaleEpoch``.
+    """
+    current = queries.get_session(conn, session_id)
+    target = SESSION_MACHINE.next_state(current.state, event, subject=session_id)
+    allowed = [s.value for s in SESSION_MACHINE.sources(event) if SESSION_MACHINE.transitions[(s, event)] == target]
+    stmt = (
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.state.in_(allowed))
+        .values(state=target.value, updated_at=time.time(), **values)
+    )
+    if epoch is not None:
+        stmt = stmt.where(sessions.c.epoch == epoch)
+    if conn.execute(stmt).rowcount != 1:
+        fresh = queries.get_session(conn, session_id)
+        if epoch is not None and fresh.epoch != epoch:
+            raise StaleEpoch(session_id, epoch)
+        SESSION_MACHINE.next_state(fresh.state, event, subject=session_id)  # raises
+    return target
+
+
+def spawn(
+    ctx: WriteContext,
+    agent: AgentSpec,
+    cwd: str,
+    binding: BindingSpec | None,
+    first_prompt: Sequence[dict[str, Any]] | None,
+    idempotency_key: str | None,
+    parent_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    queue_mode: str = "followup",
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> SpawnResult:
+    """Session row + binding + first command (+ ``session_created`` event): all or none."""
+    conn = ctx.conn
+    request = {
+        "agent": agent.to_json(),
+        "cwd": cwd,
+        "binding": None if binding is None else binding.to_json(),
+        "prompt": None if first_prompt is None else list(first_prompt),
+        "parent": parent_id,
+        "queueMode": queue_mode,
+    }
+    digest = request_hash("spawn", request)
+    if idempotency_key is not None:
+        existing = conn.execute(
+            select(sessions.c.id, sessions.c.request_hash).where(
+                sessions.c.spawn_key == idempotency_key
+            )
+        ).first()
+        if existing is not None:
+            if existing.request_hash != digest:
+                raise IdempotencyConflict(idempotency_key, "spawn", existing.id)
+            return _existing_spawn(conn, existing.id)
+
+    depth = 0
+    if parent_id is not None:
+        depth = queries.get_session(conn, parent_id).depth + 1
+    now = time.time()
+    session_id = new_id()
+    conn.execute(
+        insert(sessions).values(
+            id=session_id,
+            spawn_key=idempotency_key,
+            request_hash=digest,
+            parent_id=parent_id,
+            depth=depth,
+            agent=_dumps(agent.to_json()),
+            cwd=cwd,
+            state=SESSION_MACHINE.initial.value,
+            queue_mode=queue_mode,
+            epoch=0,
+            last_event_seq=0,
+            last_command_seq=0,
+            created_at=now,
+            updated_at=now,
+            metadata=_dumps(metadata or {}),
+        )
+    )
+    fault_point("spawn.after_session")
+    binding_record: BindingRecord | None = None
+    if binding is not None:
+        binding_record = _bind(conn, session_id, binding, now)
+    fault_point("spawn.after_binding")
+    _append(ctx, session_id, None, [NewEvent("session_created", {"agent": agent.to_json(), "cwd": cwd})])
+    command: CommandRecord | None = None
+    if first_prompt is not None:
+        command = _insert_command(
+            ctx, session_id, CommandKind.PROMPT, {"content": list(first_prompt)}, None, max_attempts
+        )
+    fault_point("spawn.after_command")
+    return SpawnResult(queries.get_session(conn, session_id), binding_record, command, True)
+
+
+def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
+    session = queries.get_session(conn, session_id)
+    first = conn.execute(
+        select(commands).where(commands.c.session_id == session_id).order_by(commands.c.seq).limit(1)
+    ).first()
+    from store.rows import command_from_row
+
+    bound = queries.bindings_of(conn, session_id, active_only=False)
+    return SpawnResult(
+        session,
+        bound[0] if bound else None,
+        None if first is None else command_from_row(first),
+        False,
+    )
+
+
+def _bind(conn: Connection, session_id: str, spec: BindingSpec, now: float) -> BindingRecord:
+    binding_id = new_id()
+    conn.execute(
+        insert(bindings).values(
+            id=binding_id,
+            session_id=session_id,
+            sink_kind=spec.sink_kind.value,
+            target=spec.target,
+            active=True,
+            bound_at=now,
+        )
+    )
+    conn.execute(
+        insert(delivery_checkpoints).values(binding_id=binding_id, last_event_seq=0, updated_at=now)
+    )
+    record = queries.get_binding(conn, binding_id)
+    assert record is not None
+    return record
+
+
+def bind(ctx: WriteContext, session_id: str, spec: BindingSpec) -> BindingRecord:
+    """Add a destination to a session; it receives the whole log from seq 1."""
+    session = queries.get_session(ctx.conn, session_id)
+    if session.state is SessionState.CLOSED:
+        raise SessionClosed(session_id)
+    return _bind(ctx.conn, session_id, spec, time.time())
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def _insert_command(
+    ctx: WriteContext,
+    session_id: str,
+    kind: CommandKind,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    max_attempts: int,
+) -> CommandRecord:
+    conn = ctx.conn
+    seq = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(last_command_seq=sessions.c.last_command_seq + 1)
+        .returning(sessions.c.last_command_seq)
+    ).scalar_one()
+    now = time.time()
+    command_id = new_id()
+    conn.execute(
+        insert(commands).values(
+            id=command_id,
+            session_id=session_id,
+            seq=seq,
+            kind=kind.value,
+            payload=_dumps(payload),
+            idempotency_key=idempotency_key,
+            request_hash=request_hash(kind.value, payload),
+            state=CommandState.QUEUED.value,
+            attempts=0,
+            max_attempts=max_attempts,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return queries.get_command(conn, command_id)
+
+
+def enqueue(
+    ctx: WriteContext,
+    session_id: str,
+    kind: CommandKind,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> EnqueueResult:
+    """Queue a command at the session's next seq. A known key with the same kind and payload
+    returns the original command (with its outcome once final); with another, a conflict."""
+    conn = ctx.conn
+    if idempotency_key is not None:
+        row = conn.execute(
+            select(commands.c.id, commands.c.request_hash).where(
+                commands.c.session_id == session_id, commands.c.idempotency_key == idempotency_key
+            )
+        ).first()
+        if row is not None:
+            if row.request_hash != request_hash(kind.value, payload):
+                raise IdempotencyConflict(idempotency_key, f"session {session_id}", row.id)
+            return EnqueueResult(queries.get_command(conn, row.id), created=False)
+    session = queries.get_session(conn, session_id)
+    if session.state is SessionState.CLOSED:
+        raise SessionClosed(session_id)
+    command = _insert_command(ctx, session_id, kind, payload, idempotency_key, max_attempts)
+    fault_point("enqueue.after_insert")
+    return EnqueueResult(command, created=True)
+
+
+def _transition_command(
+    conn: Connection, command_id: str, event: CommandEvent, **values: Any
+) -> CommandRecord:
+    current = queries.get_command(conn, command_id)
+    target = COMMAND_MACHINE.next_state(current.state, event, subject=command_id)
+    allowed = [s.value for s in COMMAND_MACHINE.sources(event)]
+    result = conn.execute(
+        update(commands)
+        .where(commands.c.id == command_id, commands.c.state.in_(allowed))
+        .values(state=target.value, updated_at=time.time(), **values)
+    )
+    if result.rowcount != 1:  # pragma: no cover - the read above holds the write lock
+        COMMAND_MACHINE.next_state(queries.get_command(conn, command_id).state, event)
+    return queries.get_command(conn, command_id)
+
+
+def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
+    """Move the session's lowest queued command to ``running``; each claim is an attempt."""
+    queued = queries.next_queued(ctx.conn, session_id)
+    if queued is None:
+        queries.get_session(ctx.conn, session_id)  # unknown ids are an error, not "no work"
+        return None
+    return _transition_command(
+        ctx.conn,
+        queued.id,
+        CommandEvent.CLAIM,
+        attempts=commands.c.attempts + 1,
+        started_at=time.time(),
+    )
+
+
+def complete(ctx: WriteContext, command_id: str, result: dict[str, Any]) -> CommandRecord:
+    return _transition_command(
+        ctx.conn, command_id, CommandEvent.COMPLETE, result=_dumps(result), finished_at=time.time()
+    )
+
+
+def fail(ctx: WriteContext, command_id: str, error: str) -> CommandRecord:
+    return _transition_command(
+        ctx.conn, command_id, CommandEvent.FAIL, error=error, finished_at=time.time()
+    )
+
+
+def cancel_command(ctx: WriteContext, command_id: str, reason: str) -> CommandRecord:
+    return _transition_command(
+        ctx.conn, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
+    )
+
+
+def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> SessionState:
+    """Ask the running turn to stop (``running -> cancelling``); optionally cancel the queue.
+
+    Idempotent: where no turn runs the table absorbs ``cancel``.
+    """
+    conn = ctx.conn
+    before = queries.get_session(conn, session_id).state
+    state = transition_session(conn, session_id, SessionEvent.CANCEL)
+    if include_queued:
+        _cancel_queued(ctx, session_id, "cancelled with the session's queue")
+    if before is SessionState.RUNNING:
+        _append(ctx, session_id, None, [NewEvent("cancel_requested", {})])
+    return state
+
+
+def _cancel_queued(ctx: WriteContext, session_id: str, reason: str, running_too: bool = False) -> int:
+    states = [CommandState.QUEUED.value] + ([CommandState.RUNNING.value] if running_too else [])
+    now = time.time()
+    result = ctx.conn.execute(
+        update(commands)
+        .where(commands.c.session_id == session_id, commands.c.state.in_(states))
+        .values(state=CommandState.CANCELLED.value, error=reason, finished_at=now, updated_at=now)
+    )
+    return int(result.rowcount)
+
+
+def close(ctx: WriteContext, session_id: str, reason: str = "closed") -> SessionRecord:
+    """Close for good: bindings deactivated, open commands cancelled, a final ``closed`` event.
+    Closing a closed session changes nothing."""
+    conn = ctx.conn
+    if queries.get_session(conn, session_id).state is SessionState.CLOSED:
+        return queries.get_session(conn, session_id)
+    _append(ctx, session_id, None, [NewEvent("closed", {"reason": reason})])
+    transition_session(conn, session_id, SessionEvent.CLOSE, closed_at=time.time())
+    _cancel_queued(ctx, session_id, f"session closed: {reason}", running_too=True)
+    conn.execute(update(bindings).where(bindings.c.session_id == session_id).values(active=False))
+    return queries.get_session(conn, session_id)
+
+
+# -- events and delivery -------------------------------------------------------------------
+
+
+def _append(
+    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    if not new:
+        return []
+    conn = ctx.conn
+    texts = [e.payload_text() for e in new]
+    last = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(last_event_seq=sessions.c.last_event_seq + len(new))
+        .returning(sessions.c.last_event_seq)
+    ).scalar_one_or_none()
+    if last is None:
+        raise SessionNotFound(session_id)
+    first = last - len(new) + 1
+    now = time.time()
+    conn.execute(
+        insert(events),
+        [
+            {
+                "session_id": session_id,
+                "seq": first + i,
+                "command_id": command_id,
+                "kind": e.kind,
+                "payload": text,
+                "created_at": now,
+            }
+            for i, (e, text) in enumerate(zip(new, texts, strict=True))
+        ],
+    )
+    appended = queries.events_after(conn, session_id, first - 1)
+    ctx.event_sessions.add(session_id)
+    return appended
+
+
+def append_events(
+    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    """Append at the next per-session seqs (strictly increasing, no gaps)."""
+    session = queries.get_session(ctx.conn, session_id)
+    if session.state is SessionState.CLOSED:
+        raise SessionClosed(session_id)
+    return _append(ctx, session_id, command_id, new)
+
+
+def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
+    """Record that the binding's sink accepted every event up to ``seq``."""
+    conn = ctx.conn
+    row = conn.execute(
+        select(delivery_checkpoints.c.last_event_seq, sessions.c.last_event_seq.label("last"))
+        .select_from(
+            delivery_checkpoints.join(bindings, bindings.c.id == delivery_checkpoints.c.binding_id)
+            .join(sessions, sessions.c.id == bindings.c.session_id)
+        )
+        .where(delivery_checkpoints.c.binding_id == binding_id)
+    ).first()
+    if row is None:
+        raise CheckpointError(binding_id, -1, seq, -1)
+    current, last = int(row.last_event_seq), int(row.last)
+    if seq < current or seq > last:
+        raise CheckpointError(binding_id, current, seq, last)
+    if seq > current:
+        conn.execute(
+            update(delivery_checkpoints)
+            .where(delivery_checkpoints.c.binding_id == binding_id)
+            .values(last_event_seq=seq, updated_at=time.time())
+        )
+    return seq
+
+
+# -- recovery ------------------------------------------------------------------------------
+
+
+def recover(ctx: WriteContext) -> RecoveryReport:
+    """Commands found ``running`` were interrupted (their owner is gone): back to ``queued``
+    while the attempt budget lasts, else ``failed``; an ``interrupted`` event records each.
+    Sessions that were mid-turn go to ``error``: their agent died with the old process, and
+    the next command restarts it."""
+    conn = ctx.conn
+    running = conn.execute(
+        select(commands).where(commands.c.state == CommandState.RUNNING.value).order_by(commands.c.created_at)
+    ).all()
+    from store.rows import command_from_row
+
+    requeued: list[str] = []
+    failed: list[str] = []
+    for row in running:
+        cmd = command_from_row(row)
+        retry = cmd.attempts < cmd.max_attempts
+        reason = "the control plane stopped while the command was running"
+        if retry:
+            _transition_command(conn, cmd.id, CommandEvent.REQUEUE)
+            requeued.append(cmd.id)
+        else:
+            _transition_command(
+                conn,
+                cmd.id,
+                CommandEvent.FAIL,
+                error=f"interrupted {cmd.attempts} times; attempt budget of {cmd.max_attempts} exhausted",
+                finished_at=time.time(),
+            )
+            failed.append(cmd.id)
+        _append(
+            ctx,
+            cmd.session_id,
+            cmd.id,
+            [
+                NewEvent(
+                    "interrupted",
+                    {"commandId": cmd.id, "attempts": cmd.attempts, "willRetry": retry, "reason": reason},
+                )
+            ],
+        )
+    to_error: list[str] = []
+    mid_turn = conn.execute(
+        select(sessions.c.id).where(
+            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
+        )
+    ).scalars()
+    for session_id in list(mid_turn):
+        transition_session(
+            conn, session_id, SessionEvent.AGENT_DIED, last_error="interrupted by a restart"
+        )
+        to_error.append(session_id)
+    return RecoveryReport(tuple(requeued), tuple(failed), tuple(to_error))
+
+
+def count_queued(conn: Connection) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).select_from(commands).where(commands.c.state == CommandState.QUEUED.value)
+        ).scalar_one()
+    )
+
+
+__all__ = [
+    "advance_checkpoint",
+    "append_events",
+    "bind",
+    "cancel",
+    "cancel_command",
+    "canonical_json",
+    "claim_next",
+    "close",
+    "complete",
+    "enqueue",
+    "fail",
+    "recover",
+    "spawn",
+    "transition_session",
+]

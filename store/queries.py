@@ -1,0 +1,127 @@
+"""Read queries, usable on any connection (the read engine, or the writer's own transaction)."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Select, func, select
+
+from state_machines import CommandState, SessionNotFound, SessionState
+from state_machines.errors import CommandNotFound
+from store.records import BindingRecord, CommandRecord, EventRecord, SessionRecord
+from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
+from store.schema import bindings, commands, delivery_checkpoints, events, sessions
+
+
+def get_session(conn: Connection, session_id: str) -> SessionRecord:
+    row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return session_from_row(row)
+
+
+def get_command(conn: Connection, command_id: str) -> CommandRecord:
+    row = conn.execute(select(commands).where(commands.c.id == command_id)).first()
+    if row is None:
+        raise CommandNotFound(command_id)
+    return command_from_row(row)
+
+
+def sessions_query(
+    state: SessionState | None = None, parent_id: str | None = None, after_id: str | None = None
+) -> Select[tuple[object, ...]]:
+    query = select(sessions).order_by(sessions.c.created_at, sessions.c.id)
+    if state is not None:
+        query = query.where(sessions.c.state == state.value)
+    if parent_id is not None:
+        query = query.where(sessions.c.parent_id == parent_id)
+    if after_id is not None:
+        # Cursor paging: resume strictly after the last session of the previous page.
+        anchor = select(sessions.c.created_at).where(sessions.c.id == after_id).scalar_subquery()
+        query = query.where(
+            (sessions.c.created_at > anchor)
+            | ((sessions.c.created_at == anchor) & (sessions.c.id > after_id))
+        )
+    return query
+
+
+def list_sessions(
+    conn: Connection,
+    state: SessionState | None = None,
+    parent_id: str | None = None,
+    limit: int = 100,
+    after_id: str | None = None,
+) -> list[SessionRecord]:
+    rows = conn.execute(sessions_query(state, parent_id, after_id).limit(limit))
+    return [session_from_row(r) for r in rows]
+
+
+def count_sessions_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(sessions.c.state, func.count()).group_by(sessions.c.state))
+    return {str(state): int(n) for state, n in rows}
+
+
+def events_query(session_id: str, after_seq: int, limit: int | None) -> Select[tuple[object, ...]]:
+    query = (
+        select(events)
+        .where(events.c.session_id == session_id, events.c.seq > after_seq)
+        .order_by(events.c.seq)
+    )
+    return query if limit is None else query.limit(limit)
+
+
+def events_after(
+    conn: Connection, session_id: str, after_seq: int = 0, limit: int | None = None
+) -> list[EventRecord]:
+    return [event_from_row(r) for r in conn.execute(events_query(session_id, after_seq, limit))]
+
+
+def commands_of(conn: Connection, session_id: str) -> list[CommandRecord]:
+    rows = conn.execute(
+        select(commands).where(commands.c.session_id == session_id).order_by(commands.c.seq)
+    )
+    return [command_from_row(r) for r in rows]
+
+
+def next_queued(conn: Connection, session_id: str) -> CommandRecord | None:
+    row = conn.execute(
+        select(commands)
+        .where(commands.c.session_id == session_id, commands.c.state == CommandState.QUEUED)
+        .order_by(commands.c.seq)
+        .limit(1)
+    ).first()
+    return None if row is None else command_from_row(row)
+
+
+def _bindings_select() -> Select[tuple[object, ...]]:
+    return select(bindings, delivery_checkpoints.c.last_event_seq).join(
+        delivery_checkpoints,
+        delivery_checkpoints.c.binding_id == bindings.c.id,
+        isouter=True,
+    )
+
+
+def get_binding(conn: Connection, binding_id: str) -> BindingRecord | None:
+    row = conn.execute(_bindings_select().where(bindings.c.id == binding_id)).first()
+    return None if row is None else binding_from_row(row)
+
+
+def bindings_of(conn: Connection, session_id: str, active_only: bool = True) -> list[BindingRecord]:
+    query = _bindings_select().where(bindings.c.session_id == session_id)
+    if active_only:
+        query = query.where(bindings.c.active.is_(True))
+    return [binding_from_row(r) for r in conn.execute(query.order_by(bindings.c.bound_at))]
+
+
+def active_bindings(conn: Connection) -> list[BindingRecord]:
+    query = _bindings_select().where(bindings.c.active.is_(True)).order_by(bindings.c.bound_at)
+    return [binding_from_row(r) for r in conn.execute(query)]
+
+
+def undelivered_bindings(conn: Connection) -> list[BindingRecord]:
+    """Bindings whose checkpoint trails their session's log (active or not: a binding
+    deactivated by close still gets the events that were committed before it)."""
+    query = (
+        _bindings_select()
+        .join(sessions, sessions.c.id == bindings.c.session_id)
+        .where(func.coalesce(delivery_checkpoints.c.last_event_seq, 0) < sessions.c.last_event_seq)
+    )
+    return [binding_from_row(r) for r in conn.execute(query)]

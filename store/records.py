@@ -1,0 +1,165 @@
+"""Immutable records the store hands out, and the inputs it takes.
+
+One frozen dataclass per input (Temporal's habit) keeps request hashing canonical and makes
+an idempotent replay compare like with like.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+from state_machines import CommandState, SessionState
+
+
+class CommandKind(StrEnum):
+    PROMPT = "prompt"
+    SET_MODE = "set_mode"
+    SET_CONFIG_OPTION = "set_config_option"
+
+
+class SinkKind(StrEnum):
+    CALLBACK = "callback"  # an in-process function registered under ``target``
+    JSONL = "jsonl"  # an append-only JSONL file at path ``target``
+
+
+def utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """How to start an agent: a name for humans and transcripts, a command line, extra env."""
+
+    name: str
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "command": list(self.command), "env": dict(self.env)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentSpec:
+        return cls(
+            name=str(data["name"]),
+            command=tuple(str(c) for c in data.get("command", ())),
+            env=tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items())),
+        )
+
+
+@dataclass(frozen=True)
+class BindingSpec:
+    sink_kind: SinkKind
+    target: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sinkKind": self.sink_kind.value, "target": self.target}
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append. ``payload`` is a JSON text kept verbatim, or a value to encode."""
+
+    kind: str
+    payload: str | dict[str, Any] = field(default_factory=dict)
+
+    def payload_text(self) -> str:
+        if isinstance(self.payload, str):
+            json.loads(self.payload)  # refuse non-JSON here, not in a reader months later
+            return self.payload
+        return json.dumps(self.payload, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    spawn_key: str | None
+    parent_id: str | None
+    depth: int
+    agent: AgentSpec
+    cwd: str
+    state: SessionState
+    queue_mode: str
+    acp_session_id: str | None
+    owner: str | None
+    epoch: int
+    last_event_seq: int
+    created_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None
+    last_error: str | None
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    id: str
+    session_id: str
+    seq: int
+    kind: CommandKind
+    payload: dict[str, Any]
+    idempotency_key: str | None
+    state: CommandState
+    attempts: int
+    max_attempts: int
+    result: dict[str, Any] | None
+    error: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in (CommandState.COMPLETED, CommandState.FAILED, CommandState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int  # global, never reused; sinks dedupe by it
+    session_id: str
+    seq: int  # per session, contiguous from 1
+    command_id: str | None
+    kind: str
+    raw: str  # the payload's JSON text exactly as appended
+    created_at: datetime
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.raw)
+        return value if isinstance(value, dict) else {"value": value}
+
+
+@dataclass(frozen=True)
+class BindingRecord:
+    id: str
+    session_id: str
+    sink_kind: SinkKind
+    target: str
+    active: bool
+    last_delivered_seq: int
+    bound_at: datetime
+
+
+@dataclass(frozen=True)
+class SpawnResult:
+    session: SessionRecord
+    binding: BindingRecord | None
+    command: CommandRecord | None
+    created: bool  # False when an earlier spawn with the same key was returned
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    command: CommandRecord
+    created: bool  # False when an earlier command with the same key was returned
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    requeued: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    sessions_to_error: tuple[str, ...] = ()

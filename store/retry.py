@@ -1,0 +1,50 @@
+"""Retry of transient ``database is locked`` errors, and nothing else.
+
+SQLite reports a lock held by another connection or process as ``OperationalError: database
+is locked`` (or ``busy``). Those are retried with exponential backoff and jitter up to a total
+deadline, then surface as ``StoreError``. Every other error surfaces at once: retrying a
+constraint violation or a corrupt page silently would hide a real fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.exc import OperationalError
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from state_machines.errors import StoreError
+
+T = TypeVar("T")
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    if isinstance(exc, OperationalError):
+        text = str(exc.orig if exc.orig is not None else exc).lower()
+        return "database is locked" in text or "database is busy" in text
+    return False
+
+
+def retry_on_lock(fn: Callable[[], T], deadline_s: float, path: str) -> T:
+    """Run ``fn``; on a lock error, back off (jittered, capped at 0.5 s) and run it again."""
+    retrying = Retrying(
+        retry=retry_if_exception(is_locked_error),
+        wait=wait_random_exponential(multiplier=0.005, max=0.5),
+        stop=stop_after_delay(deadline_s),
+        reraise=False,
+    )
+    try:
+        return retrying(fn)
+    except RetryError as exc:
+        raise StoreError(
+            f"{path} stayed locked by another process for {deadline_s:.1f}s; "
+            "stop the other process or raise lock_timeout",
+            path=path,
+        ) from exc.last_attempt.exception()

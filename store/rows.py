@@ -1,0 +1,93 @@
+"""Row -> record conversion, shared by the sync and async read paths."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Row
+
+from state_machines import CommandState, SessionState
+from store.records import (
+    AgentSpec,
+    BindingRecord,
+    CommandKind,
+    CommandRecord,
+    EventRecord,
+    SessionRecord,
+    SinkKind,
+    utc,
+)
+
+
+def _opt_utc(ts: float | None) -> Any:
+    return None if ts is None else utc(ts)
+
+
+def session_from_row(row: Row[Any]) -> SessionRecord:
+    m = row._mapping
+    return SessionRecord(
+        id=m["id"],
+        spawn_key=m["spawn_key"],
+        parent_id=m["parent_id"],
+        depth=m["depth"],
+        agent=AgentSpec.from_json(json.loads(m["agent"])),
+        cwd=m["cwd"],
+        state=SessionState(m["state"]),
+        queue_mode=m["queue_mode"],
+        acp_session_id=m["acp_session_id"],
+        owner=m["owner"],
+        epoch=m["epoch"],
+        last_event_seq=m["last_event_seq"],
+        created_at=utc(m["created_at"]),
+        updated_at=utc(m["updated_at"]),
+        closed_at=_opt_utc(m["closed_at"]),
+        last_error=m["last_error"],
+        metadata=json.loads(m["metadata"]),
+    )
+
+
+def command_from_row(row: Row[Any]) -> CommandRecord:
+    m = row._mapping
+    return CommandRecord(
+        id=m["id"],
+        session_id=m["session_id"],
+        seq=m["seq"],
+        kind=CommandKind(m["kind"]),
+        payload=json.loads(m["payload"]),
+        idempotency_key=m["idempotency_key"],
+        state=CommandState(m["state"]),
+        attempts=m["attempts"],
+        max_attempts=m["max_attempts"],
+        result=None if m["result"] is None else json.loads(m["result"]),
+        error=m["error"],
+        created_at=utc(m["created_at"]),
+        started_at=_opt_utc(m["started_at"]),
+        finished_at=_opt_utc(m["finished_at"]),
+    )
+
+
+def event_from_row(row: Row[Any]) -> EventRecord:
+    m = row._mapping
+    return EventRecord(
+        id=m["id"],
+        session_id=m["session_id"],
+        seq=m["seq"],
+        command_id=m["command_id"],
+        kind=m["kind"],
+        raw=m["payload"],
+        created_at=utc(m["created_at"]),
+    )
+
+
+def binding_from_row(row: Row[Any]) -> BindingRecord:
+    m = row._mapping
+    return BindingRecord(
+        id=m["id"],
+        session_id=m["session_id"],
+        sink_kind=SinkKind(m["sink_kind"]),
+        target=m["target"],
+        active=bool(m["active"]),
+        last_delivered_seq=m["last_event_seq"] or 0,
+        bound_at=utc(m["bound_at"]),
+    )

@@ -1,0 +1,115 @@
+"""The store's tables (SQLAlchemy Core). Alembic migrations in ``store/migrations`` create them;
+a test checks that the migrated database matches this metadata exactly.
+
+Timestamps are REAL unix seconds (cheap to compare and index); JSON columns are TEXT holding
+JSON documents, so raw agent payloads are kept byte for byte.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String, primary_key=True),
+    # Caller-supplied spawn key, unique per store; request_hash detects a reuse with other input.
+    Column("spawn_key", String, nullable=True, unique=True),
+    Column("request_hash", String, nullable=False),
+    Column("parent_id", String, ForeignKey("sessions.id"), nullable=True),
+    Column("depth", Integer, nullable=False, default=0),
+    Column("agent", Text, nullable=False),
+    Column("cwd", Text, nullable=False),
+    Column("state", String, nullable=False),
+    Column("queue_mode", String, nullable=False, default="followup"),
+    Column("acp_session_id", String, nullable=True),
+    Column("owner", String, nullable=True),
+    Column("epoch", Integer, nullable=False, default=0),
+    # Counters kept on the row so a new seq needs no MAX() scan.
+    Column("last_event_seq", Integer, nullable=False, default=0),
+    Column("last_command_seq", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("closed_at", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("metadata", Text, nullable=False, default="{}"),
+)
+Index("ix_sessions_state", sessions.c.state)
+Index("ix_sessions_parent", sessions.c.parent_id)
+
+bindings = Table(
+    "bindings",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
+    Column("sink_kind", String, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("active", Boolean, nullable=False, default=True),
+    Column("bound_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=True),
+)
+Index("ix_bindings_session_active", bindings.c.session_id, bindings.c.active)
+
+commands = Table(
+    "commands",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("kind", String, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("idempotency_key", String, nullable=True),
+    Column("request_hash", String, nullable=False),
+    Column("state", String, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False),
+    Column("result", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("session_id", "seq", name="uq_commands_session_seq"),
+    UniqueConstraint("session_id", "idempotency_key", name="uq_commands_session_key"),
+)
+# claim_next: the lowest queued seq of one session; recover: every running command.
+Index("ix_commands_session_state_seq", commands.c.session_id, commands.c.state, commands.c.seq)
+Index("ix_commands_state", commands.c.state)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("command_id", String, ForeignKey("commands.id"), nullable=True),
+    Column("kind", String, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("session_id", "seq", name="uq_events_session_seq"),
+    # AUTOINCREMENT: global event ids are never reused, even after retention deletes rows,
+    # because sinks dedupe by them.
+    sqlite_autoincrement=True,
+)
+
+delivery_checkpoints = Table(
+    "delivery_checkpoints",
+    metadata,
+    Column("binding_id", String, ForeignKey("bindings.id"), primary_key=True),
+    Column("last_event_seq", Integer, nullable=False, default=0),
+    Column("updated_at", Float, nullable=False),
+)

@@ -1,0 +1,252 @@
+"""``Store``: the durable state of a control plane in one SQLite file.
+
+Writes go through the group-commit writer (one thread, one connection); reads use a pool of
+reader connections from any thread. Every public write method blocks until the transaction
+holding it has committed (with ``synchronous=FULL``: until it is on disk).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DatabaseError, OperationalError
+
+from state_machines import SessionState, StoreError
+from store import operations as ops
+from store import queries
+from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
+from store.integrity import IntegrityCheck, check_database_file
+from store.migrate import upgrade_to_head
+from store.records import (
+    AgentSpec,
+    BindingRecord,
+    BindingSpec,
+    CommandKind,
+    CommandRecord,
+    EnqueueResult,
+    EventRecord,
+    NewEvent,
+    RecoveryReport,
+    SessionRecord,
+    SpawnResult,
+)
+from store.retry import retry_on_lock
+from store.writer import GroupCommitWriter, WriteContext
+
+T = TypeVar("T")
+EventsListener = Callable[[set[str]], None]
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    synchronous: Synchronous = Synchronous.FULL
+    # Total time a write (or the open) keeps retrying a lock held by another process.
+    lock_timeout_s: float = 10.0
+    busy_timeout_ms: int = 200
+    integrity_check: IntegrityCheck = IntegrityCheck.QUICK
+    max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS
+    read_pool_size: int = 8
+
+
+class Store:
+    """See the module docstring. Use ``Store.open(path)``; close with ``close()`` or ``with``."""
+
+    def __init__(self, path: str, options: StoreOptions, write_engine: Engine, read_engine: Engine):
+        self.path = path
+        self.options = options
+        self._write_engine = write_engine
+        self._read_engine = read_engine
+        self._listeners: list[EventsListener] = []
+        self._listeners_lock = threading.Lock()
+        self._writer = GroupCommitWriter(
+            write_engine, path, options.lock_timeout_s, on_events=self._notify_events
+        )
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
+        options = options or StoreOptions()
+        path = os.path.abspath(os.fspath(path))
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            raise StoreError(f"directory {parent} does not exist; create it first", path=path)
+        check_database_file(path, options.integrity_check)
+        settings = EngineSettings(
+            synchronous=options.synchronous,
+            busy_timeout_ms=options.busy_timeout_ms,
+            read_pool_size=options.read_pool_size,
+        )
+        write_engine = make_write_engine(path, settings)
+        try:
+            retry_on_lock(lambda: upgrade_to_head(write_engine), options.lock_timeout_s, path)
+        except StoreError:
+            write_engine.dispose()
+            raise
+        except (OperationalError, DatabaseError) as exc:
+            write_engine.dispose()
+            raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
+        return cls(path, options, write_engine, make_read_engine(path, settings))
+
+    def close(self) -> None:
+        self._writer.close()
+        self._write_engine.dispose()
+        self._read_engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def write(self, fn: Callable[[WriteContext], T], timeout: float | None = None) -> T:
+        """Run ``fn`` inside a write transaction (alone, or grouped with concurrent writes).
+        Several operations called from one ``fn`` commit atomically."""
+        return self._writer.call(fn, timeout)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` on a reader connection inside one snapshot transaction."""
+
+        def attempt() -> T:
+            with self._read_engine.connect() as conn, conn.begin():
+                return fn(conn)
+
+        return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
+
+    def subscribe(self, listener: EventsListener) -> Callable[[], None]:
+        """Call ``listener(session_ids)`` on the writer thread after each commit that
+        appended events. Keep it short (hand the work to another thread). Returns an
+        unsubscribe function."""
+        with self._listeners_lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._listeners_lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify_events(self, session_ids: set[str]) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(session_ids)
+
+    @property
+    def commit_stats(self) -> tuple[int, int]:
+        """(transactions committed, writes acknowledged) since open."""
+        return self._writer.batches, self._writer.writes
+
+    # -- writes --------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        agent: AgentSpec,
+        cwd: str,
+        binding: BindingSpec | None = None,
+        first_prompt: Sequence[dict[str, Any]] | None = None,
+        idempotency_key: str | None = None,
+        parent_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        queue_mode: str = "followup",
+    ) -> SpawnResult:
+        return self.write(
+            lambda ctx: ops.spawn(
+                ctx,
+                agent,
+                cwd,
+                binding,
+                first_prompt,
+                idempotency_key,
+                parent_id=parent_id,
+                metadata=metadata,
+                queue_mode=queue_mode,
+                max_attempts=self.options.max_attempts,
+            )
+        )
+
+    def bind(self, session_id: str, spec: BindingSpec) -> BindingRecord:
+        return self.write(lambda ctx: ops.bind(ctx, session_id, spec))
+
+    def enqueue(
+        self,
+        session_id: str,
+        kind: CommandKind,
+        payload: dict[str, Any],
+        idempotency_key: str | None = None,
+    ) -> EnqueueResult:
+        return self.write(
+            lambda ctx: ops.enqueue(
+                ctx, session_id, kind, payload, idempotency_key, self.options.max_attempts
+            )
+        )
+
+    def claim_next(self, session_id: str) -> CommandRecord | None:
+        return self.write(lambda ctx: ops.claim_next(ctx, session_id))
+
+    def complete(self, command_id: str, result: dict[str, Any]) -> CommandRecord:
+        return self.write(lambda ctx: ops.complete(ctx, command_id, result))
+
+    def fail(self, command_id: str, error: str) -> CommandRecord:
+        return self.write(lambda ctx: ops.fail(ctx, command_id, error))
+
+    def append_events(
+        self, session_id: str, command_id: str | None, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        return self.write(lambda ctx: ops.append_events(ctx, session_id, command_id, events))
+
+    def cancel(self, session_id: str, include_queued: bool = False) -> SessionState:
+        return self.write(lambda ctx: ops.cancel(ctx, session_id, include_queued))
+
+    def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
+        return self.write(lambda ctx: ops.close(ctx, session_id, reason))
+
+    def advance_checkpoint(self, binding_id: str, seq: int) -> int:
+        return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
+
+    def recover(self) -> RecoveryReport:
+        return self.write(ops.recover)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get_session(self, session_id: str) -> SessionRecord:
+        return self.read(lambda c: queries.get_session(c, session_id))
+
+    def get_command(self, command_id: str) -> CommandRecord:
+        return self.read(lambda c: queries.get_command(c, command_id))
+
+    def commands_of(self, session_id: str) -> list[CommandRecord]:
+        return self.read(lambda c: queries.commands_of(c, session_id))
+
+    def list_sessions(
+        self,
+        state: SessionState | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        after_id: str | None = None,
+    ) -> list[SessionRecord]:
+        return self.read(lambda c: queries.list_sessions(c, state, parent_id, limit, after_id))
+
+    def events(
+        self, session_id: str, after_seq: int = 0, limit: int | None = None
+    ) -> list[EventRecord]:
+        def run(conn: Connection) -> list[EventRecord]:
+            queries.get_session(conn, session_id)  # unknown ids raise SessionNotFound
+            return queries.events_after(conn, session_id, after_seq, limit)
+
+        return self.read(run)
+
+    def bindings_of(self, session_id: str, active_only: bool = True) -> list[BindingRecord]:
+        return self.read(lambda c: queries.bindings_of(c, session_id, active_only))
+
+    def get_binding(self, binding_id: str) -> BindingRecord | None:
+        return self.read(lambda c: queries.get_binding(c, binding_id))
+
+    def undelivered_bindings(self) -> list[BindingRecord]:
+        return self.read(queries.undelivered_bindings)

@@ -1,0 +1,197 @@
+"""The single writer thread with group commit.
+
+Callers on any thread ``submit`` a write function; the writer thread takes every write that is
+waiting, runs them in one ``BEGIN IMMEDIATE`` transaction (each inside its own SAVEPOINT, so one
+write that raises is rolled back alone and the others still commit), commits once, and only
+then resolves each caller's future. One fsync then acknowledges many writes: that is where the
+throughput under concurrency comes from.
+
+Hooks a write registers with ``WriteContext.after_commit`` run on the writer thread after the
+commit, in order; an exception there is logged and never undoes the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Connection, Engine
+
+from state_machines.errors import StoreError
+from store.retry import retry_on_lock
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass
+class WriteContext:
+    """What a write function gets: the connection inside the open transaction, and a way to
+    act once that transaction has committed (wake a waiter, notify delivery)."""
+
+    conn: Connection
+    _hooks: list[Callable[[], None]] = field(default_factory=list)
+    # Sessions that got new events in this write; delivery is told after the commit.
+    event_sessions: set[str] = field(default_factory=set)
+
+    def after_commit(self, hook: Callable[[], None]) -> None:
+        self._hooks.append(hook)
+
+
+WriteFn = Callable[[WriteContext], T]
+
+
+@dataclass
+class _Request(Generic[T]):
+    fn: WriteFn[T]
+    future: Future[T]
+
+
+_STOP = object()
+
+
+class GroupCommitWriter:
+    """Owns the write connection; see the module docstring."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        path: str,
+        lock_timeout_s: float,
+        on_events: Callable[[set[str]], None] | None = None,
+        max_batch: int = 512,
+    ) -> None:
+        self._engine = engine
+        self._on_events = on_events
+        self._path = path
+        self._lock_timeout_s = lock_timeout_s
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="store-writer", daemon=True)
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self.batches = 0  # transactions committed (for benchmarks and tests)
+        self.writes = 0  # writes acknowledged
+        self._thread.start()
+
+    def submit(self, fn: WriteFn[T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._close_lock:
+            if self._closed:
+                raise StoreError("the store is closed", path=self._path)
+            self._queue.put(_Request(fn, future))
+        return future
+
+    def call(self, fn: WriteFn[T], timeout: float | None = None) -> T:
+        """Submit ``fn`` and block until the transaction holding it committed."""
+        return self.submit(fn).result(timeout)
+
+    def close(self) -> None:
+        """Finish every write already submitted, then stop the thread."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(_STOP)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- writer thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        with self._engine.connect() as conn:
+            stopping = False
+            while not stopping:
+                first = self._queue.get()
+                if first is _STOP:
+                    break
+                batch: list[_Request[Any]] = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        item = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        stopping = True
+                        break
+                    batch.append(item)
+                self._commit_batch(conn, batch)
+
+    def _commit_batch(self, conn: Connection, batch: list[_Request[Any]]) -> None:
+        live = [r for r in batch if r.future.set_running_or_notify_cancel()]
+        try:
+            outcomes, hooks, touched = retry_on_lock(
+                lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
+            )
+        except BaseException as exc:  # noqa: BLE001 - every caller must hear about it
+            error = exc if isinstance(exc, StoreError) else _as_store_error(exc, self._path)
+            for req in live:
+                req.future.set_exception(error)
+            return
+        self.batches += 1
+        self.writes += len(live)
+        # Callers first: a hook that is slow must not delay an acknowledgement.
+        for req, (ok, value) in zip(live, outcomes, strict=True):
+            if ok:
+                req.future.set_result(value)
+            else:
+                req.future.set_exception(value)
+        if touched and self._on_events is not None:
+            on_events = self._on_events
+            hooks.append(lambda: on_events(touched))
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a notification must never undo or block a commit
+                log.exception("after-commit hook failed")
+
+    @staticmethod
+    def _run_transaction(
+        conn: Connection, batch: list[_Request[Any]]
+    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], set[str]]:
+        outcomes: list[tuple[bool, Any]] = []
+        hooks: list[Callable[[], None]] = []
+        touched: set[str] = set()
+        with conn.begin() as tx:
+            try:
+                for req in batch:
+                    ctx = WriteContext(conn)
+                    savepoint = conn.begin_nested()
+                    try:
+                        value = req.fn(ctx)
+                    except Exception as exc:  # the caller's error, not the batch's
+                        savepoint.rollback()
+                        if _is_connection_level(exc):
+                            raise
+                        outcomes.append((False, exc))
+                    else:
+                        savepoint.commit()
+                        outcomes.append((True, value))
+                        hooks.extend(ctx._hooks)
+                        touched |= ctx.event_sessions
+            except BaseException:
+                tx.rollback()
+                raise
+        return outcomes, hooks, touched
+
+
+def _is_connection_level(exc: BaseException) -> bool:
+    """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
+    from store.retry import is_locked_error
+
+    if is_locked_error(exc):
+        return True
+    text = str(exc).lower()
+    return "disk i/o error" in text or "database or disk is full" in text
+
+
+def _as_store_error(exc: BaseException, path: str) -> StoreError:
+    err = StoreError(f"write to {path} failed: {exc}", path=path)
+    err.__cause__ = exc
+    return err
