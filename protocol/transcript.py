@@ -306,6 +306,8 @@ class _Turn:
 
     def append_text(self, kind: str, text: str) -> None:
         """Add streamed text, merging into the previous block when it has the same kind."""
+        if not text:
+            return  # an empty chunk must not create an empty block
         key = "text" if kind == "text" else "thinking"
         if self.blocks and self.blocks[-1]["type"] == kind:
             self.blocks[-1][key] += text
@@ -327,6 +329,8 @@ class _Close:
 
 
 class _TranscriptBuilder:
+    """Consumes events in seq order and accumulates entries; ``finish`` returns the lines."""
+
     def __init__(self, session: TranscriptSession) -> None:
         self._session = session
         self._agent = session.agent_name or FALLBACK_AGENT_NAME

@@ -15,6 +15,7 @@ present with the right JSON type; unknown extra fields are allowed because exten
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -435,21 +436,37 @@ def _tool_result_id(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _first_unanswered_call(
+    entries: list[dict[str, Any]], path: list[int]
+) -> tuple[int, str, int] | None:
+    """(entry index, call id, result count) of the earliest toolCall on ``path`` without
+    exactly one later toolResult, or None. One backward pass keeps this linear in the path.
+    """
+    later_results: Counter[str] = Counter()
+    problem = None
+    for index in reversed(path):
+        for call_id in reversed(_tool_call_ids(entries[index])):
+            if later_results[call_id] != 1:
+                problem = (index, call_id, later_results[call_id])  # earlier ones overwrite
+        result_id = _tool_result_id(entries[index])
+        if result_id is not None:
+            later_results[result_id] += 1
+    return problem
+
+
 def _check_tool_results(parsed: _Parsed) -> None:
     entries = parsed.transcript.entries
     # Every branch is checked, not only the current one: an export must be loadable from
     # whichever leaf a user resumes.
     for path in _leaf_paths(entries):
-        for position, index in enumerate(path):
-            for call_id in _tool_call_ids(entries[index]):
-                later = path[position + 1 :]
-                results = sum(1 for i in later if _tool_result_id(entries[i]) == call_id)
-                if results != 1:
-                    raise TranscriptFormatError(
-                        parsed.entry_lines[index],
-                        f"tool call {call_id!r} has {results} toolResult messages after it "
-                        "on its branch; expected exactly 1",
-                    )
+        problem = _first_unanswered_call(entries, path)
+        if problem is not None:
+            index, call_id, results = problem
+            raise TranscriptFormatError(
+                parsed.entry_lines[index],
+                f"tool call {call_id!r} has {results} toolResult messages after it "
+                "on its branch; expected exactly 1",
+            )
 
 
 def validate_v3(path: str | Path) -> Transcript:

@@ -8,6 +8,7 @@ pass ``wake`` (an ``asyncio.Event`` set from a store subscription) to poll at on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -79,8 +80,6 @@ class AsyncReader:
             if wake is None:
                 await asyncio.sleep(poll_interval_s)
             else:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), poll_interval_s * 10)
-                except TimeoutError:
-                    pass
                 wake.clear()

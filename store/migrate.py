@@ -31,10 +31,12 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade_to_head(engine: Engine) -> None:
-    if current_revision(engine) == head_revision():
+def upgrade_to_head(write_engine: Engine, read_engine: Engine) -> None:
+    """Check the revision on a reader (no write lock needed when already at head), then
+    migrate on the writer connection."""
+    if current_revision(read_engine) == head_revision():
         return
     config = _config()
-    with engine.connect() as conn:
+    with write_engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")

@@ -74,7 +74,11 @@ def transition_session(
     """
     current = queries.get_session(conn, session_id)
     target = SESSION_MACHINE.next_state(current.state, event, subject=session_id)
-    allowed = [s.value for s in SESSION_MACHINE.sources(event) if SESSION_MACHINE.transitions[(s, event)] == target]
+    allowed = [
+        s.value
+        for s in SESSION_MACHINE.sources(event)
+        if SESSION_MACHINE.transitions[(s, event)] == target
+    ]
     stmt = (
         update(sessions)
         .where(sessions.c.id == session_id, sessions.c.state.in_(allowed))
@@ -153,7 +157,9 @@ def spawn(
     if binding is not None:
         binding_record = _bind(conn, session_id, binding, now)
     fault_point("spawn.after_binding")
-    _append(ctx, session_id, None, [NewEvent("session_created", {"agent": agent.to_json(), "cwd": cwd})])
+    _append(
+        ctx, session_id, None, [NewEvent("session_created", {"agent": agent.to_json(), "cwd": cwd})]
+    )
     command: CommandRecord | None = None
     if first_prompt is not None:
         command = _insert_command(
@@ -166,7 +172,10 @@ def spawn(
 def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
     session = queries.get_session(conn, session_id)
     first = conn.execute(
-        select(commands).where(commands.c.session_id == session_id).order_by(commands.c.seq).limit(1)
+        select(commands)
+        .where(commands.c.session_id == session_id)
+        .order_by(commands.c.seq)
+        .limit(1)
     ).first()
     from store.rows import command_from_row
 
@@ -339,7 +348,9 @@ def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> 
     return state
 
 
-def _cancel_queued(ctx: WriteContext, session_id: str, reason: str, running_too: bool = False) -> int:
+def _cancel_queued(
+    ctx: WriteContext, session_id: str, reason: str, running_too: bool = False
+) -> int:
     states = [CommandState.QUEUED.value] + ([CommandState.RUNNING.value] if running_too else [])
     now = time.time()
     result = ctx.conn.execute(
@@ -418,8 +429,9 @@ def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
     row = conn.execute(
         select(delivery_checkpoints.c.last_event_seq, sessions.c.last_event_seq.label("last"))
         .select_from(
-            delivery_checkpoints.join(bindings, bindings.c.id == delivery_checkpoints.c.binding_id)
-            .join(sessions, sessions.c.id == bindings.c.session_id)
+            delivery_checkpoints.join(
+                bindings, bindings.c.id == delivery_checkpoints.c.binding_id
+            ).join(sessions, sessions.c.id == bindings.c.session_id)
         )
         .where(delivery_checkpoints.c.binding_id == binding_id)
     ).first()
@@ -447,7 +459,9 @@ def recover(ctx: WriteContext) -> RecoveryReport:
     the next command restarts it."""
     conn = ctx.conn
     running = conn.execute(
-        select(commands).where(commands.c.state == CommandState.RUNNING.value).order_by(commands.c.created_at)
+        select(commands)
+        .where(commands.c.state == CommandState.RUNNING.value)
+        .order_by(commands.c.created_at)
     ).all()
     from store.rows import command_from_row
 
@@ -465,7 +479,10 @@ def recover(ctx: WriteContext) -> RecoveryReport:
                 conn,
                 cmd.id,
                 CommandEvent.FAIL,
-                error=f"interrupted {cmd.attempts} times; attempt budget of {cmd.max_attempts} exhausted",
+                error=(
+                    f"interrupted {cmd.attempts} times; "
+                    f"attempt budget of {cmd.max_attempts} exhausted"
+                ),
                 finished_at=time.time(),
             )
             failed.append(cmd.id)
@@ -476,7 +493,12 @@ def recover(ctx: WriteContext) -> RecoveryReport:
             [
                 NewEvent(
                     "interrupted",
-                    {"commandId": cmd.id, "attempts": cmd.attempts, "willRetry": retry, "reason": reason},
+                    {
+                        "commandId": cmd.id,
+                        "attempts": cmd.attempts,
+                        "willRetry": retry,
+                        "reason": reason,
+                    },
                 )
             ],
         )
@@ -497,7 +519,9 @@ def recover(ctx: WriteContext) -> RecoveryReport:
 def count_queued(conn: Connection) -> int:
     return int(
         conn.execute(
-            select(func.count()).select_from(commands).where(commands.c.state == CommandState.QUEUED.value)
+            select(func.count())
+            .select_from(commands)
+            .where(commands.c.state == CommandState.QUEUED.value)
         ).scalar_one()
     )
 

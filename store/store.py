@@ -81,15 +81,23 @@ class Store:
             read_pool_size=options.read_pool_size,
         )
         write_engine = make_write_engine(path, settings)
+        read_engine = make_read_engine(path, settings)
+
+        def prepare() -> None:
+            # The writer's connect hook switches the file to WAL; do it before any reader
+            # connects, so no pooled reader starts out in rollback-journal mode.
+            write_engine.connect().close()
+            upgrade_to_head(write_engine, read_engine)
+
         try:
-            retry_on_lock(lambda: upgrade_to_head(write_engine), options.lock_timeout_s, path)
-        except StoreError:
+            retry_on_lock(prepare, options.lock_timeout_s, path)
+        except BaseException as exc:
             write_engine.dispose()
+            read_engine.dispose()
+            if isinstance(exc, (OperationalError, DatabaseError)):
+                raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
             raise
-        except (OperationalError, DatabaseError) as exc:
-            write_engine.dispose()
-            raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
-        return cls(path, options, write_engine, make_read_engine(path, settings))
+        return cls(path, options, write_engine, read_engine)
 
     def close(self) -> None:
         self._writer.close()

@@ -129,7 +129,7 @@ class GroupCommitWriter:
             outcomes, hooks, touched = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
-        except BaseException as exc:  # noqa: BLE001 - every caller must hear about it
+        except BaseException as exc:
             error = exc if isinstance(exc, StoreError) else _as_store_error(exc, self._path)
             for req in live:
                 req.future.set_exception(error)

@@ -72,9 +72,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("session_id", "seq", name="uq_commands_session_seq"),
         sa.UniqueConstraint("session_id", "idempotency_key", name="uq_commands_session_key"),
     )
-    op.create_index(
-        "ix_commands_session_state_seq", "commands", ["session_id", "state", "seq"]
-    )
+    op.create_index("ix_commands_session_state_seq", "commands", ["session_id", "state", "seq"])
     op.create_index("ix_commands_state", "commands", ["state"])
     op.create_table(
         "events",

@@ -1,0 +1,1 @@
+"""pykka actors: session actors, the supervisor, and delivery projectors."""

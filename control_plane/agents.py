@@ -1,0 +1,37 @@
+"""Turning what a user types (``--agent "npx @zed-industries/claude-code-acp"``) into an
+``AgentSpec``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from store import AgentSpec
+
+EXAMPLE_AGENT = AgentSpec(
+    name="example-agent", command=(sys.executable, "-m", "protocol.example_agent")
+)
+
+
+def agent_from_command(
+    command: str | list[str] | tuple[str, ...], name: str | None = None
+) -> AgentSpec:
+    """Parse a command line; the name defaults to the program (or module) it runs."""
+    argv = tuple(shlex.split(command) if isinstance(command, str) else command)
+    if not argv:
+        raise ValueError("an agent command must not be empty")
+    return AgentSpec(name=name or _default_name(argv), command=argv)
+
+
+def _default_name(argv: tuple[str, ...]) -> str:
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1].rsplit(".", 1)[-1].replace("_", "-")
+    for arg in argv:
+        base = os.path.basename(arg)
+        if base in {"npx", "uvx", "node", "bunx", "pnpm", "python", "python3"} or arg.startswith(
+            "-"
+        ):
+            continue
+        return base.rsplit("/", 1)[-1]
+    return os.path.basename(argv[0])

@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import AgentSpec, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+# Child processes (crash drivers, agents) import the project from the checkout.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+
+AGENT = AgentSpec(name="test-agent", command=(sys.executable, "-c", "pass"))
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "cp.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    s = Store.open(db_path)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -1,0 +1,166 @@
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import control_plane
+from control_plane import (
+    CommandState,
+    ControlPlane,
+    IdempotencyConflict,
+    SessionClosed,
+    SessionNotFound,
+    SessionState,
+)
+from protocol.transcript_reader import validate_v3
+from store import NewEvent
+
+PINNED_ALL = [
+    "AgentProtocolError",
+    "AgentSpec",
+    "AgentStartFailed",
+    "BindingRecord",
+    "CheckpointError",
+    "CommandKind",
+    "CommandNotFound",
+    "CommandRecord",
+    "CommandState",
+    "ControlPlane",
+    "ControlPlaneError",
+    "EventRecord",
+    "IdempotencyConflict",
+    "IllegalTransition",
+    "IntegrityCheck",
+    "LimitExceeded",
+    "RecoveryReport",
+    "SessionClosed",
+    "SessionNotFound",
+    "SessionRecord",
+    "SessionState",
+    "SpawnResult",
+    "StaleEpoch",
+    "StoreError",
+    "StoreOptions",
+    "Synchronous",
+]
+
+
+def test_public_all_is_pinned() -> None:
+    assert control_plane.__all__ == PINNED_ALL
+    for name in PINNED_ALL:
+        assert getattr(control_plane, name) is not None
+
+
+def test_every_error_is_a_control_plane_error() -> None:
+    for name in PINNED_ALL:
+        obj = getattr(control_plane, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, control_plane.ControlPlaneError)
+
+
+def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
+    with ControlPlane.open(tmp_path / "cp.db") as cp:
+        spawned = cp.spawn("python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s")
+        sid = spawned.session.id
+        assert spawned.session.agent.name == "example-agent"
+        assert cp.spawn(
+            "python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s"
+        ).session.id == sid
+        with pytest.raises(IdempotencyConflict):
+            cp.spawn("python -m protocol.example_agent", tmp_path, "other", idempotency_key="s")
+        cmd = cp.prompt(sid, "second", idempotency_key="p2")
+        assert cp.prompt(sid, "second", idempotency_key="p2").id == cmd.id
+        assert [c.seq for c in cp.commands(sid)] == [1, 2]
+        assert [s.id for s in cp.list_sessions()] == [sid]
+        assert cp.get(sid).state is SessionState.CREATING
+        cp.close_session(sid)
+        assert {c.state for c in cp.commands(sid)} == {CommandState.CANCELLED}
+        with pytest.raises(SessionClosed):
+            cp.prompt(sid, "too late")
+        with pytest.raises(SessionNotFound):
+            cp.get("missing")
+
+
+def test_list_sessions_pages_with_a_cursor(tmp_path: Path) -> None:
+    with ControlPlane.open(tmp_path / "cp.db") as cp:
+        ids = [cp.spawn(["agent"], tmp_path, idempotency_key=f"k{i}").session.id for i in range(7)]
+        pages: list[str] = []
+        after = None
+        while True:
+            page = cp.list_sessions(limit=3, after_id=after)
+            if not page:
+                break
+            pages.extend(s.id for s in page)
+            after = page[-1].id
+        assert pages == ids
+
+
+def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> None:
+    sink = tmp_path / "sink.jsonl"
+    with ControlPlane.open(tmp_path / "cp.db") as cp:
+        sid = cp.spawn(["agent"], tmp_path, "hi", jsonl_sink=sink).session.id
+        cp.store.append_events(sid, None, [NewEvent("tick", {})])
+        assert cp.wait_delivered(10)
+    kinds = [json.loads(line)["kind"] for line in sink.read_text().splitlines()]
+    assert kinds == ["session_created", "tick"]
+
+
+def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None:
+    got: list[int] = []
+    done = threading.Event()
+    with ControlPlane.open(tmp_path / "cp.db") as cp:
+        sid = cp.spawn(["agent"], tmp_path, callback_sink="host").session.id
+        cp.store.append_events(sid, None, [NewEvent("tick", {})])
+
+        def on_event(event: control_plane.EventRecord) -> None:
+            got.append(event.seq)
+            if event.seq == 2:
+                done.set()
+
+        cp.register_callback("host", on_event)
+        assert done.wait(10)
+    assert got == [1, 2]
+
+
+def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
+    with ControlPlane.open(tmp_path / "cp.db") as cp:
+        sid = cp.spawn(["my-agent"], tmp_path, "list files").session.id
+        cmd = cp.store.claim_next(sid)
+        assert cmd is not None
+        raw = json.dumps(
+            {
+                "sessionId": "acp-1",
+                "update": {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": "Done."},
+                },
+            }
+        )
+        cp.store.append_events(
+            sid,
+            cmd.id,
+            [
+                NewEvent("prompt", {"commandId": cmd.id, "content": cmd.payload["content"]}),
+                NewEvent("session_update", raw),
+                NewEvent("turn_ended", {"commandId": cmd.id, "stopReason": "end_turn"}),
+            ],
+        )
+        out = cp.export_jsonl(sid, tmp_path / "t.jsonl")
+    transcript = validate_v3(out)
+    assert transcript.header["id"] == sid
+    messages = [e["message"] for e in transcript.entries if e["type"] == "message"]
+    assert messages[0] == {**messages[0], "role": "user", "content": "list files"}
+    assert messages[1]["content"] == [{"type": "text", "text": "Done."}]
+    assert messages[1]["stopReason"] == "stop"
+    assert messages[1]["provider"] == "my-agent"
+
+
+def test_context_manager_closes_the_store(tmp_path: Path) -> None:
+    cp = ControlPlane.open(tmp_path / "cp.db")
+    with cp:
+        pass
+    with pytest.raises(control_plane.StoreError):
+        cp.spawn(["agent"], tmp_path)

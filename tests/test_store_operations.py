@@ -1,0 +1,333 @@
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from state_machines import (
+    CommandState,
+    IdempotencyConflict,
+    IllegalTransition,
+    SessionClosed,
+    SessionEvent,
+    SessionNotFound,
+    SessionState,
+)
+from state_machines.errors import CheckpointError, CommandNotFound
+from store import BindingSpec, CommandKind, NewEvent, SinkKind, Store
+from store import operations as ops
+from tests.conftest import AGENT
+
+PROMPT = [{"type": "text", "text": "hello"}]
+
+
+def _spawn(store: Store, key: str | None = "spawn-1", tmp: Path | None = None):
+    binding = BindingSpec(SinkKind.JSONL, str((tmp or Path("/tmp")) / "sink.jsonl"))
+    return store.spawn(AGENT, "/work", binding, PROMPT, key)
+
+
+def test_spawn_creates_session_binding_and_first_command_together(store: Store) -> None:
+    result = _spawn(store)
+    assert result.created
+    assert result.session.state is SessionState.CREATING
+    assert result.binding is not None and result.binding.last_delivered_seq == 0
+    assert result.command is not None
+    assert (result.command.seq, result.command.state) == (1, CommandState.QUEUED)
+    assert result.command.payload == {"content": PROMPT}
+    assert [e.kind for e in store.events(result.session.id)] == ["session_created"]
+
+
+def test_duplicate_spawn_key_returns_the_first_spawn(store: Store) -> None:
+    first = _spawn(store)
+    again = _spawn(store)
+    assert not again.created
+    assert again.session.id == first.session.id
+    assert again.command is not None and first.command is not None
+    assert again.command.id == first.command.id
+    assert len(store.list_sessions()) == 1
+
+
+def test_spawn_key_reused_with_other_input_is_a_conflict(store: Store) -> None:
+    first = _spawn(store)
+    with pytest.raises(IdempotencyConflict) as info:
+        store.spawn(AGENT, "/elsewhere", None, PROMPT, "spawn-1")
+    assert info.value.key == "spawn-1"
+    assert info.value.existing_id == first.session.id
+    assert len(store.list_sessions()) == 1
+
+
+def test_enqueue_assigns_monotonic_seq(store: Store) -> None:
+    sid = _spawn(store).session.id
+    seqs = [
+        store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, f"k{i}").command.seq
+        for i in range(5)
+    ]
+    assert seqs == [2, 3, 4, 5, 6]
+
+
+def test_duplicate_prompt_key_returns_first_outcome(store: Store) -> None:
+    sid = _spawn(store).session.id
+    spawned = store.claim_next(sid)  # the spawn's first prompt
+    assert spawned is not None
+    store.complete(spawned.id, {"stopReason": "end_turn"})
+    first = store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "p")
+    assert first.created
+    claimed = store.claim_next(sid)
+    assert claimed is not None and claimed.id == first.command.id
+    store.complete(claimed.id, {"stopReason": "end_turn", "text": "hi"})
+    again = store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "p")
+    assert not again.created
+    assert again.command.id == first.command.id
+    assert again.command.state is CommandState.COMPLETED
+    assert again.command.result == {"stopReason": "end_turn", "text": "hi"}
+    assert len(store.commands_of(sid)) == 2
+
+
+def test_prompt_key_reused_with_other_payload_is_a_conflict(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "p")
+    with pytest.raises(IdempotencyConflict) as info:
+        store.enqueue(sid, CommandKind.PROMPT, {"content": [{"type": "text", "text": "x"}]}, "p")
+    assert info.value.key == "p"
+    assert len(store.commands_of(sid)) == 2  # nothing added
+
+
+def test_same_key_in_two_sessions_is_two_commands(store: Store) -> None:
+    a = _spawn(store, "a").session.id
+    b = _spawn(store, "b").session.id
+    ca = store.enqueue(a, CommandKind.PROMPT, {"content": PROMPT}, "p").command
+    cb = store.enqueue(b, CommandKind.PROMPT, {"content": PROMPT}, "p").command
+    assert ca.id != cb.id
+
+
+def test_command_to_closed_session_raises_session_closed(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.close_session(sid)
+    with pytest.raises(SessionClosed) as info:
+        store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "late")
+    assert info.value.session_id == sid
+
+
+def test_unknown_session_id_raises_session_not_found(store: Store) -> None:
+    for call in (
+        lambda: store.get_session("nope"),
+        lambda: store.enqueue("nope", CommandKind.PROMPT, {"content": PROMPT}),
+        lambda: store.claim_next("nope"),
+        lambda: store.append_events("nope", None, [NewEvent("x", {})]),
+        lambda: store.close_session("nope"),
+        lambda: store.events("nope"),
+    ):
+        with pytest.raises(SessionNotFound):
+            call()
+
+
+def test_unknown_command_id_raises_command_not_found(store: Store) -> None:
+    with pytest.raises(CommandNotFound):
+        store.complete("nope", {})
+
+
+def test_claim_next_takes_commands_in_seq_order_and_counts_attempts(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "2")
+    first = store.claim_next(sid)
+    second = store.claim_next(sid)
+    assert first is not None and second is not None
+    assert (first.seq, second.seq) == (1, 2)
+    assert first.state is CommandState.RUNNING and first.attempts == 1
+    assert store.claim_next(sid) is None
+
+
+def test_completing_a_finished_command_is_an_illegal_transition(store: Store) -> None:
+    sid = _spawn(store).session.id
+    cmd = store.claim_next(sid)
+    assert cmd is not None
+    store.fail(cmd.id, "agent crashed")
+    with pytest.raises(IllegalTransition) as info:
+        store.complete(cmd.id, {"stopReason": "end_turn"})
+    assert info.value.state == "failed" and info.value.event == "complete"
+    assert store.get_command(cmd.id).error == "agent crashed"
+
+
+def test_illegal_session_transition_leaves_state_unchanged(store: Store) -> None:
+    sid = _spawn(store).session.id
+    with pytest.raises(IllegalTransition):
+        store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_ENDED))
+    assert store.get_session(sid).state is SessionState.CREATING
+
+
+def test_append_events_assigns_contiguous_seqs_and_keeps_raw_json(store: Store) -> None:
+    sid = _spawn(store).session.id
+    raw = '{"sessionId": "x",  "update": {"sessionUpdate": "vendor_thing", "n": 1.50}}'
+    appended = store.append_events(sid, None, [NewEvent("session_update", raw), NewEvent("k", {})])
+    assert [e.seq for e in appended] == [2, 3]
+    assert appended[0].raw == raw  # byte for byte, whitespace and number format included
+    assert [e.seq for e in store.events(sid)] == [1, 2, 3]
+
+
+def test_append_events_refuses_payload_that_is_not_json(store: Store) -> None:
+    sid = _spawn(store).session.id
+    with pytest.raises(ValueError):
+        store.append_events(sid, None, [NewEvent("session_update", "{not json")])
+    assert [e.seq for e in store.events(sid)] == [1]
+
+
+def test_concurrent_appends_get_unique_increasing_seqs(store: Store) -> None:
+    sid = _spawn(store).session.id
+
+    def worker(n: int) -> None:
+        for i in range(25):
+            store.append_events(sid, None, [NewEvent("tick", {"w": n, "i": i})])
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seqs = [e.seq for e in store.events(sid)]
+    assert seqs == list(range(1, 202))
+    per_worker: dict[int, list[int]] = {}
+    for e in store.events(sid)[1:]:
+        per_worker.setdefault(e.payload["w"], []).append(e.payload["i"])
+    assert all(v == list(range(25)) for v in per_worker.values())
+
+
+def test_close_deactivates_bindings_cancels_open_commands_and_writes_final_event(
+    store: Store,
+) -> None:
+    sid = _spawn(store).session.id
+    store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "2")
+    running = store.claim_next(sid)
+    assert running is not None
+    closed = store.close_session(sid, "user asked")
+    assert closed.state is SessionState.CLOSED and closed.closed_at is not None
+    assert {c.state for c in store.commands_of(sid)} == {CommandState.CANCELLED}
+    assert store.bindings_of(sid, active_only=True) == []
+    assert store.events(sid)[-1].kind == "closed"
+    assert store.events(sid)[-1].payload == {"reason": "user asked"}
+    with pytest.raises(SessionClosed):
+        store.append_events(sid, None, [NewEvent("late", {})])
+
+
+def test_repeated_close_is_absorbed(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.close_session(sid)
+    n = len(store.events(sid))
+    assert store.close_session(sid).state is SessionState.CLOSED
+    assert store.cancel(sid) is SessionState.CLOSED
+    assert len(store.events(sid)) == n
+
+
+def test_cancel_moves_a_running_session_to_cancelling(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.CREATED))
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_STARTED))
+    assert store.cancel(sid) is SessionState.CANCELLING
+    assert store.events(sid)[-1].kind == "cancel_requested"
+    assert store.cancel(sid) is SessionState.CANCELLING  # repeated cancel is harmless
+
+
+def test_cancel_with_queue_cancels_queued_commands(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.cancel(sid, include_queued=True)
+    assert [c.state for c in store.commands_of(sid)] == [CommandState.CANCELLED]
+
+
+def test_checkpoint_never_moves_backwards_or_past_the_log(store: Store) -> None:
+    spawn = _spawn(store)
+    assert spawn.binding is not None
+    bid, sid = spawn.binding.id, spawn.session.id
+    store.append_events(sid, None, [NewEvent("a", {}), NewEvent("b", {})])
+    assert store.advance_checkpoint(bid, 2) == 2
+    assert store.advance_checkpoint(bid, 2) == 2  # same position is a no-op
+    with pytest.raises(CheckpointError) as back:
+        store.advance_checkpoint(bid, 1)
+    assert (back.value.current, back.value.requested) == (2, 1)
+    with pytest.raises(CheckpointError) as past:
+        store.advance_checkpoint(bid, 4)
+    assert past.value.last_event == 3
+    binding = store.get_binding(bid)
+    assert binding is not None and binding.last_delivered_seq == 2
+
+
+def test_recover_requeues_interrupted_runs_within_budget_then_fails_them(db_path: Path) -> None:
+    store = Store.open(db_path)
+    sid = _spawn(store).session.id
+    cmd_id = ""
+    for attempt in range(1, 4):
+        claimed = store.claim_next(sid)
+        assert claimed is not None and claimed.attempts == attempt
+        cmd_id = claimed.id
+        report = store.recover()  # as if the process died mid-run
+        if attempt < 3:
+            assert report.requeued == (cmd_id,)
+            assert store.get_command(cmd_id).state is CommandState.QUEUED
+    assert report.failed == (cmd_id,)
+    failed = store.get_command(cmd_id)
+    assert failed.state is CommandState.FAILED
+    assert failed.error is not None and "attempt budget of 3 exhausted" in failed.error
+    interrupted = [e.payload for e in store.events(sid) if e.kind == "interrupted"]
+    assert [p["willRetry"] for p in interrupted] == [True, True, False]
+    store.close()
+
+
+def test_recover_moves_sessions_caught_mid_turn_to_error(store: Store) -> None:
+    sid = _spawn(store).session.id
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.CREATED))
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_STARTED))
+    report = store.recover()
+    assert report.sessions_to_error == (sid,)
+    assert store.get_session(sid).state is SessionState.ERROR
+
+
+def test_one_failing_write_in_a_group_commit_does_not_undo_the_others(store: Store) -> None:
+    sid = _spawn(store).session.id
+    barrier = threading.Barrier(9)
+    outcomes: list[str] = []
+
+    def good(i: int) -> None:
+        barrier.wait()
+        store.append_events(sid, None, [NewEvent("ok", {"i": i})])
+        outcomes.append("ok")
+
+    def bad() -> None:
+        barrier.wait()
+        try:
+            store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, None)
+            store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_ENDED))
+        except IllegalTransition:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=good, args=(i,)) for i in range(8)]
+    threads.append(threading.Thread(target=bad))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["ok"] * 8 + ["refused"]
+    assert len([e for e in store.events(sid) if e.kind == "ok"]) == 8
+
+
+def test_group_commit_acknowledges_many_writes_per_transaction(store: Store) -> None:
+    sid = _spawn(store).session.id
+    before_batches, before_writes = store.commit_stats
+    barrier = threading.Barrier(32)
+
+    def worker() -> None:
+        barrier.wait()
+        for _ in range(20):
+            store.append_events(sid, None, [NewEvent("e", {})])
+
+    threads = [threading.Thread(target=worker) for _ in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batches, writes = store.commit_stats
+    assert writes - before_writes == 640
+    assert batches - before_batches < 640  # some transactions held several writes
+    # every acknowledged write is visible to a fresh connection on the file
+    conn = sqlite3.connect(store.path)
+    assert conn.execute("select count(*) from events where kind='e'").fetchone()[0] == 640
+    conn.close()
