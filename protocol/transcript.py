@@ -540,6 +540,9 @@ class _TranscriptBuilder:
     # ---- ACP session/update
 
     def _on_session_update(self, payload: Mapping[str, Any]) -> None:
+        # The log keeps the whole JSON-RPC frame verbatim; the update is in its params.
+        if payload.get("method") == "session/update":
+            payload = _mapping(payload.get("params"))
         update = payload.get("update")
         kind = _mapping(update).get("sessionUpdate")
         if not isinstance(update, Mapping) or not isinstance(kind, str):

@@ -2,6 +2,7 @@
 
 from state_machines.command import COMMAND_MACHINE, CommandEvent, CommandState
 from state_machines.errors import (
+    AgentExited,
     AgentProtocolError,
     AgentStartFailed,
     CheckpointError,
@@ -10,6 +11,7 @@ from state_machines.errors import (
     IdempotencyConflict,
     IllegalTransition,
     LimitExceeded,
+    OwnedElsewhere,
     SessionClosed,
     SessionNotFound,
     StaleEpoch,
@@ -19,6 +21,7 @@ from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, S
 from state_machines.table import TransitionTable
 
 __all__ = [
+    "AgentExited",
     "COMMAND_MACHINE",
     "SESSION_MACHINE",
     "TURN_STATES",
@@ -32,6 +35,7 @@ __all__ = [
     "IdempotencyConflict",
     "IllegalTransition",
     "LimitExceeded",
+    "OwnedElsewhere",
     "SessionClosed",
     "SessionEvent",
     "SessionNotFound",

@@ -12,9 +12,11 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── SessionClosed          a command sent to a closed session
     ├── CheckpointError        a checkpoint moved backwards or past the last event
     ├── StaleEpoch             a write carrying an outdated fencing epoch
+    ├── OwnedElsewhere         another live process runs the session
     ├── LimitExceeded          a configured limit refused the request
     ├── AgentStartFailed       the agent process could not be started or initialized
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
+    │   └── AgentExited        the agent process ended while a request was in flight
     └── StoreError             the database could not be used (locked, corrupt, not SQLite)
 
 The tree lives in ``state_machines`` only because that is the bottom of the import graph
@@ -94,6 +96,13 @@ class StaleEpoch(ControlPlaneError):
         )
 
 
+class OwnedElsewhere(ControlPlaneError):
+    def __init__(self, session_id: str, owner: str) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        super().__init__(f"session {session_id!r} is run by another live process ({owner})")
+
+
 class LimitExceeded(ControlPlaneError):
     def __init__(self, limit: str, value: int, detail: str = "") -> None:
         self.limit = limit
@@ -111,6 +120,24 @@ class AgentProtocolError(ControlPlaneError):
     def __init__(self, message: str, session_id: str | None = None) -> None:
         self.session_id = session_id
         super().__init__(message)
+
+
+class AgentExited(AgentProtocolError):
+    def __init__(
+        self,
+        exit_code: int | None,
+        stderr_tail: list[str],
+        session_id: str | None = None,
+        reason: str = "",
+    ) -> None:
+        self.exit_code = exit_code
+        self.stderr_tail = stderr_tail
+        tail = f"; stderr ends: {stderr_tail[-1]!r}" if stderr_tail else ""
+        super().__init__(
+            f"agent process exited with code {exit_code}{' (' + reason + ')' if reason else ''}"
+            f"{tail}",
+            session_id,
+        )
 
 
 class StoreError(ControlPlaneError):

@@ -26,10 +26,11 @@ from state_machines import (
     SessionNotFound,
     SessionState,
 )
-from state_machines.errors import CheckpointError, StaleEpoch
+from state_machines.errors import CheckpointError, OwnedElsewhere, StaleEpoch
 from store import queries
 from store.faults import fault_point
 from store.hashing import canonical_json, request_hash
+from store.ownership import owner_alive, this_owner
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -285,8 +286,9 @@ def enqueue(
 
 
 def _transition_command(
-    conn: Connection, command_id: str, event: CommandEvent, **values: Any
+    ctx: WriteContext, command_id: str, event: CommandEvent, **values: Any
 ) -> CommandRecord:
+    conn = ctx.conn
     current = queries.get_command(conn, command_id)
     target = COMMAND_MACHINE.next_state(current.state, event, subject=command_id)
     allowed = [s.value for s in COMMAND_MACHINE.sources(event)]
@@ -297,6 +299,8 @@ def _transition_command(
     )
     if result.rowcount != 1:  # pragma: no cover - the read above holds the write lock
         COMMAND_MACHINE.next_state(queries.get_command(conn, command_id).state, event)
+    if target in COMMAND_MACHINE.final:
+        ctx.finished_commands.add(command_id)
     return queries.get_command(conn, command_id)
 
 
@@ -307,7 +311,7 @@ def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
         queries.get_session(ctx.conn, session_id)  # unknown ids are an error, not "no work"
         return None
     return _transition_command(
-        ctx.conn,
+        ctx,
         queued.id,
         CommandEvent.CLAIM,
         attempts=commands.c.attempts + 1,
@@ -317,19 +321,22 @@ def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
 
 def complete(ctx: WriteContext, command_id: str, result: dict[str, Any]) -> CommandRecord:
     return _transition_command(
-        ctx.conn, command_id, CommandEvent.COMPLETE, result=_dumps(result), finished_at=time.time()
+        ctx, command_id, CommandEvent.COMPLETE, result=_dumps(result), finished_at=time.time()
     )
 
 
-def fail(ctx: WriteContext, command_id: str, error: str) -> CommandRecord:
-    return _transition_command(
-        ctx.conn, command_id, CommandEvent.FAIL, error=error, finished_at=time.time()
-    )
+def fail(
+    ctx: WriteContext, command_id: str, error: str, result: dict[str, Any] | None = None
+) -> CommandRecord:
+    values: dict[str, Any] = {"error": error, "finished_at": time.time()}
+    if result is not None:
+        values["result"] = _dumps(result)
+    return _transition_command(ctx, command_id, CommandEvent.FAIL, **values)
 
 
 def cancel_command(ctx: WriteContext, command_id: str, reason: str) -> CommandRecord:
     return _transition_command(
-        ctx.conn, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
+        ctx, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
     )
 
 
@@ -352,13 +359,20 @@ def _cancel_queued(
     ctx: WriteContext, session_id: str, reason: str, running_too: bool = False
 ) -> int:
     states = [CommandState.QUEUED.value] + ([CommandState.RUNNING.value] if running_too else [])
-    now = time.time()
-    result = ctx.conn.execute(
-        update(commands)
-        .where(commands.c.session_id == session_id, commands.c.state.in_(states))
-        .values(state=CommandState.CANCELLED.value, error=reason, finished_at=now, updated_at=now)
+    ids = (
+        ctx.conn.execute(
+            select(commands.c.id).where(
+                commands.c.session_id == session_id, commands.c.state.in_(states)
+            )
+        )
+        .scalars()
+        .all()
     )
-    return int(result.rowcount)
+    for command_id in ids:
+        _transition_command(
+            ctx, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
+        )
+    return len(ids)
 
 
 def close(ctx: WriteContext, session_id: str, reason: str = "closed") -> SessionRecord:
@@ -449,18 +463,73 @@ def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
     return seq
 
 
+# -- ownership -----------------------------------------------------------------------------
+
+
+def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
+    """Make ``me`` the session's owner; returns the fencing epoch to carry in its writes.
+
+    Taking over from a dead owner raises the epoch, so writes still in flight from the old
+    owner are refused (``StaleEpoch``). A live other owner: ``OwnedElsewhere``."""
+    session = queries.get_session(ctx.conn, session_id)
+    if session.owner == me:
+        return session.epoch
+    if session.owner is not None and owner_alive(session.owner):
+        raise OwnedElsewhere(session_id, session.owner)
+    epoch = session.epoch + 1
+    ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.epoch == session.epoch)
+        .values(owner=me, epoch=epoch, updated_at=time.time())
+    )
+    return epoch
+
+
+def release(ctx: WriteContext, session_id: str, me: str) -> None:
+    ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.owner == me)
+        .values(owner=None)
+    )
+
+
+def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
+    """Refuse a write from an owner that lost the session (run first in its transaction)."""
+    current = conn.execute(
+        select(sessions.c.epoch).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    if current is None:
+        raise SessionNotFound(session_id)
+    if current != epoch:
+        raise StaleEpoch(session_id, epoch)
+
+
 # -- recovery ------------------------------------------------------------------------------
 
 
-def recover(ctx: WriteContext) -> RecoveryReport:
-    """Commands found ``running`` were interrupted (their owner is gone): back to ``queued``
-    while the attempt budget lasts, else ``failed``; an ``interrupted`` event records each.
-    Sessions that were mid-turn go to ``error``: their agent died with the old process, and
-    the next command restarts it."""
+def _orphaned(conn: Connection, me: str) -> set[str]:
+    """Sessions with work in flight whose owner is gone (or none, or this process)."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner).where(
+            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.RUNNING.value)
+            )
+        )
+    ).all()
+    return {r.id for r in rows if r.owner in (None, me) or not owner_alive(r.owner)}
+
+
+def recover(ctx: WriteContext, me: str | None = None) -> RecoveryReport:
+    """Commands found ``running`` in sessions whose owner is gone were interrupted: back to
+    ``queued`` while the attempt budget lasts, else ``failed``; an ``interrupted`` event
+    records each. Those sessions, if mid-turn, go to ``error``: their agent died with the old
+    process, and the next command restarts it. Sessions a live process owns are left alone."""
     conn = ctx.conn
+    orphaned = _orphaned(conn, me or this_owner())
     running = conn.execute(
         select(commands)
-        .where(commands.c.state == CommandState.RUNNING.value)
+        .where(commands.c.state == CommandState.RUNNING.value, commands.c.session_id.in_(orphaned))
         .order_by(commands.c.created_at)
     ).all()
     from store.rows import command_from_row
@@ -472,11 +541,11 @@ def recover(ctx: WriteContext) -> RecoveryReport:
         retry = cmd.attempts < cmd.max_attempts
         reason = "the control plane stopped while the command was running"
         if retry:
-            _transition_command(conn, cmd.id, CommandEvent.REQUEUE)
+            _transition_command(ctx, cmd.id, CommandEvent.REQUEUE)
             requeued.append(cmd.id)
         else:
             _transition_command(
-                conn,
+                ctx,
                 cmd.id,
                 CommandEvent.FAIL,
                 error=(
@@ -505,7 +574,8 @@ def recover(ctx: WriteContext) -> RecoveryReport:
     to_error: list[str] = []
     mid_turn = conn.execute(
         select(sessions.c.id).where(
-            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
+            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value]),
+            sessions.c.id.in_(orphaned),
         )
     ).scalars()
     for session_id in list(mid_turn):
@@ -513,6 +583,8 @@ def recover(ctx: WriteContext) -> RecoveryReport:
             conn, session_id, SessionEvent.AGENT_DIED, last_error="interrupted by a restart"
         )
         to_error.append(session_id)
+    if orphaned:
+        conn.execute(update(sessions).where(sessions.c.id.in_(orphaned)).values(owner=None))
     return RecoveryReport(tuple(requeued), tuple(failed), tuple(to_error))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,6 +41,7 @@ from store.writer import GroupCommitWriter, WriteContext
 
 T = TypeVar("T")
 EventsListener = Callable[[set[str]], None]
+CommandsListener = Callable[[set[str]], None]
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,10 @@ class Store:
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._listeners: list[EventsListener] = []
+        self._command_listeners: list[CommandsListener] = []
         self._listeners_lock = threading.Lock()
         self._writer = GroupCommitWriter(
-            write_engine, path, options.lock_timeout_s, on_events=self._notify_events
+            write_engine, path, options.lock_timeout_s, on_commit=self._notify
         )
 
     @classmethod
@@ -117,6 +120,11 @@ class Store:
         Several operations called from one ``fn`` commit atomically."""
         return self._writer.call(fn, timeout)
 
+    def submit(self, fn: Callable[[WriteContext], T]) -> Future[T]:
+        """Like ``write`` without blocking: the future resolves after the commit. Writes
+        submitted from one thread commit in submission order."""
+        return self._writer.submit(fn)
+
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` on a reader connection inside one snapshot transaction."""
 
@@ -140,11 +148,27 @@ class Store:
 
         return unsubscribe
 
-    def _notify_events(self, session_ids: set[str]) -> None:
+    def subscribe_commands(self, listener: CommandsListener) -> Callable[[], None]:
+        """Call ``listener(command_ids)`` on the writer thread after each commit in which
+        commands reached a final state."""
         with self._listeners_lock:
-            listeners = list(self._listeners)
+            self._command_listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._listeners_lock:
+                if listener in self._command_listeners:
+                    self._command_listeners.remove(listener)
+
+        return unsubscribe
+
+    def _notify(self, session_ids: set[str], finished_commands: set[str]) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners) if session_ids else []
+            command_listeners = list(self._command_listeners) if finished_commands else []
         for listener in listeners:
             listener(session_ids)
+        for command_listener in command_listeners:
+            command_listener(finished_commands)
 
     @property
     def commit_stats(self) -> tuple[int, int]:
@@ -218,8 +242,8 @@ class Store:
     def advance_checkpoint(self, binding_id: str, seq: int) -> int:
         return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
 
-    def recover(self) -> RecoveryReport:
-        return self.write(ops.recover)
+    def recover(self, me: str | None = None) -> RecoveryReport:
+        return self.write(lambda ctx: ops.recover(ctx, me))
 
     # -- reads ---------------------------------------------------------------------------
 

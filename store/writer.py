@@ -37,8 +37,10 @@ class WriteContext:
 
     conn: Connection
     _hooks: list[Callable[[], None]] = field(default_factory=list)
-    # Sessions that got new events in this write; delivery is told after the commit.
+    # Sessions that got new events / commands that reached a final state in this write;
+    # listeners are told after the commit.
     event_sessions: set[str] = field(default_factory=set)
+    finished_commands: set[str] = field(default_factory=set)
 
     def after_commit(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)
@@ -64,11 +66,11 @@ class GroupCommitWriter:
         engine: Engine,
         path: str,
         lock_timeout_s: float,
-        on_events: Callable[[set[str]], None] | None = None,
+        on_commit: Callable[[set[str], set[str]], None] | None = None,
         max_batch: int = 512,
     ) -> None:
         self._engine = engine
-        self._on_events = on_events
+        self._on_commit = on_commit
         self._path = path
         self._lock_timeout_s = lock_timeout_s
         self._max_batch = max_batch
@@ -126,7 +128,7 @@ class GroupCommitWriter:
     def _commit_batch(self, conn: Connection, batch: list[_Request[Any]]) -> None:
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
         try:
-            outcomes, hooks, touched = retry_on_lock(
+            outcomes, hooks, touched, finished = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
         except BaseException as exc:
@@ -142,9 +144,9 @@ class GroupCommitWriter:
                 req.future.set_result(value)
             else:
                 req.future.set_exception(value)
-        if touched and self._on_events is not None:
-            on_events = self._on_events
-            hooks.append(lambda: on_events(touched))
+        if (touched or finished) and self._on_commit is not None:
+            on_commit = self._on_commit
+            hooks.append(lambda: on_commit(touched, finished))
         for hook in hooks:
             try:
                 hook()
@@ -154,10 +156,11 @@ class GroupCommitWriter:
     @staticmethod
     def _run_transaction(
         conn: Connection, batch: list[_Request[Any]]
-    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], set[str]]:
+    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], set[str], set[str]]:
         outcomes: list[tuple[bool, Any]] = []
         hooks: list[Callable[[], None]] = []
         touched: set[str] = set()
+        finished: set[str] = set()
         with conn.begin() as tx:
             try:
                 for req in batch:
@@ -175,10 +178,11 @@ class GroupCommitWriter:
                         outcomes.append((True, value))
                         hooks.extend(ctx._hooks)
                         touched |= ctx.event_sessions
+                        finished |= ctx.finished_commands
             except BaseException:
                 tx.rollback()
                 raise
-        return outcomes, hooks, touched
+        return outcomes, hooks, touched, finished
 
 
 def _is_connection_level(exc: BaseException) -> bool:

@@ -1,0 +1,1 @@
+"""Benchmarks. Each module is a script: ``python bench/<name>.py --help``."""

@@ -1,0 +1,406 @@
+"""Durable command throughput of the store, against a naive raw-``sqlite3`` baseline.
+
+What is measured
+----------------
+*Control plane*: commands/s through the store's public write API with ``synchronous=FULL``.
+One command's full life is three durable writes, each acknowledged only after the
+transaction holding it committed: ``enqueue`` -> ``claim_next`` -> ``complete``. It is run
+with 1, 16 and 64 concurrent submitter threads; each submitter has its own session (spawned
+before the clock starts) and loops enqueue -> claim_next -> complete on it. The group-commit
+writer folds concurrent writes into one transaction (one fsync); the figure "writes/tx" is
+writes acknowledged divided by transactions committed (``Store.commit_stats``) during the
+timed part.
+
+*Baseline*: what a naive implementation does. A fresh SQLite file in the same temporary
+directory (so on the same file system), WAL + ``synchronous=FULL``, one thread, and per
+command one ``BEGIN; INSERT INTO commands ...; COMMIT`` (one fsync per command), with
+``sqlite3`` directly (no SQLAlchemy). It runs at least ``--commands`` commands and at least
+0.5 s, so its short run is not all noise.
+
+The machine may be shared and noisy, so each measurement is repeated ``--rounds`` times and
+the rounds interleave the baseline with the control-plane runs (all see the same noise); the
+report gives medians, min/max and the *ratio of medians* (control-plane commands/s divided by
+baseline commands/s). Every run gets a fresh database file; all files live in a temporary
+directory (under ``--dir``, default the system temp dir, normally /tmp) that is deleted at the
+end. The issue's target: group commit at 64 submitters at least 3x the raw baseline.
+
+Run from the repository root::
+
+    python bench/store_throughput.py                 # defaults: ~1-2 minutes
+    python bench/store_throughput.py --rounds 3 --commands 256
+    python bench/store_throughput.py --json > throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import threading
+import uuid
+from dataclasses import asdict, dataclass
+from typing import Any
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from state_machines import CommandState  # noqa: E402
+from store import AgentSpec, CommandKind, Store, StoreOptions, Synchronous  # noqa: E402
+
+DEFAULT_SUBMITTERS = (1, 16, 64)
+DEFAULT_ROUNDS = 5
+DEFAULT_COMMANDS = 640  # per run; divisible by 1, 16 and 64
+TARGET_SUBMITTERS = 64
+TARGET_RATIO = 3.0
+BASELINE_MIN_SECONDS = 0.5
+
+AGENT = AgentSpec(name="bench", command=("true",))
+PAYLOAD: dict[str, Any] = {
+    "content": [{"type": "text", "text": "Summarise the open pull requests in this repository."}]
+}
+RESULT: dict[str, Any] = {"stopReason": "end_turn"}
+
+BASELINE_SCHEMA = """
+CREATE TABLE commands (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    state TEXT NOT NULL,
+    created_at REAL NOT NULL
+)
+"""
+BASELINE_INSERT = (
+    "INSERT INTO commands (id, session_id, seq, kind, payload, state, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass
+class Run:
+    """One timed run: ``commands`` commands in ``seconds``."""
+
+    commands: int
+    seconds: float
+    transactions: int = 0
+    writes: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.commands / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def writes_per_tx(self) -> float:
+        return self.writes / self.transactions if self.transactions else float("nan")
+
+
+def _remove_db(path: str) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+
+
+# -- baseline ------------------------------------------------------------------------------
+
+
+def run_baseline(workdir: str, commands: int) -> Run:
+    path = os.path.join(workdir, f"baseline-{uuid.uuid4().hex[:8]}.db")
+    conn = sqlite3.connect(path, isolation_level=None)  # autocommit: we issue BEGIN/COMMIT
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(BASELINE_SCHEMA)
+        session_id = str(uuid.uuid4())
+        kind = CommandKind.PROMPT.value
+        done = 0
+        start = now()
+        elapsed = 0.0
+        while done < commands or elapsed < BASELINE_MIN_SECONDS:
+            done += 1
+            conn.execute("BEGIN")
+            conn.execute(
+                BASELINE_INSERT,
+                (str(uuid.uuid4()), session_id, done, kind, json.dumps(PAYLOAD), "queued", now()),
+            )
+            conn.execute("COMMIT")
+            elapsed = now() - start
+        (count,) = conn.execute("SELECT count(*) FROM commands").fetchone()
+        if count != done:
+            raise RuntimeError(f"baseline: {count} rows after {done} commits")
+        return Run(commands=done, seconds=elapsed, transactions=done, writes=done)
+    finally:
+        conn.close()
+        _remove_db(path)
+
+
+# -- control plane -------------------------------------------------------------------------
+
+
+def _submitter(
+    store: Store,
+    session_id: str,
+    count: int,
+    tag: str,
+    barrier: threading.Barrier,
+    errors: list[BaseException],
+) -> None:
+    try:
+        barrier.wait()
+        for i in range(count):
+            queued = store.enqueue(session_id, CommandKind.PROMPT, PAYLOAD, f"{tag}-{i}").command
+            claimed = store.claim_next(session_id)
+            if claimed is None or claimed.id != queued.id:
+                raise RuntimeError(f"claim_next returned {claimed!r}, expected {queued.id}")
+            finished = store.complete(claimed.id, RESULT)
+            if finished.state is not CommandState.COMPLETED:
+                raise RuntimeError(f"complete left {finished.id} in {finished.state}")
+    except BaseException as exc:  # reported by the main thread
+        errors.append(exc)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.abort()
+
+
+def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
+    path = os.path.join(workdir, f"store-{submitters}-{uuid.uuid4().hex[:8]}.db")
+    store = Store.open(path, StoreOptions(synchronous=Synchronous.FULL))
+    try:
+        sessions = [
+            store.spawn(AGENT, workdir, None, None, f"bench-session-{i}").session.id
+            for i in range(submitters)
+        ]
+        share, extra = divmod(commands, submitters)
+        counts = [share + (1 if i < extra else 0) for i in range(submitters)]
+        barrier = threading.Barrier(submitters + 1)
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(
+                target=_submitter,
+                args=(store, sid, n, f"s{i}", barrier, errors),
+                name=f"bench-submitter-{i}",
+                daemon=True,
+            )
+            for i, (sid, n) in enumerate(zip(sessions, counts, strict=True))
+        ]
+        for thread in threads:
+            thread.start()
+        # Every submitter is parked at the barrier, so nothing is being written now.
+        tx_before, writes_before = store.commit_stats
+        barrier.wait()
+        start = now()
+        for thread in threads:
+            thread.join()
+        elapsed = now() - start
+        tx_after, writes_after = store.commit_stats
+        if errors:
+            raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
+        return Run(
+            commands=sum(counts),
+            seconds=elapsed,
+            transactions=tx_after - tx_before,
+            writes=writes_after - writes_before,
+        )
+    finally:
+        store.close()
+        _remove_db(path)
+
+
+# -- driver --------------------------------------------------------------------------------
+
+
+def measure(
+    workdir: str, rounds: int, commands: int, submitters: list[int]
+) -> tuple[list[Run], dict[int, list[Run]]]:
+    """Interleave: every round runs the baseline and each concurrency once. The order is
+    rotated from round to round so no run always sits right after another."""
+    baseline: list[Run] = []
+    store_runs: dict[int, list[Run]] = {n: [] for n in submitters}
+    labels: list[int | None] = [None, *submitters]  # None: the baseline
+    for r in range(rounds):
+        shift = r % len(labels)
+        order = labels[shift:] + labels[:shift]
+        parts: list[str] = []
+        for label in order:
+            if label is None:
+                run = run_baseline(workdir, commands)
+                baseline.append(run)
+                parts.append(f"baseline {run.rate:,.0f}/s")
+            else:
+                run = run_control_plane(workdir, label, commands)
+                store_runs[label].append(run)
+                parts.append(f"x{label} {run.rate:,.0f}/s ({run.writes_per_tx:.1f} w/tx)")
+        progress(f"round {r + 1}/{rounds}: " + ", ".join(parts))
+    return baseline, store_runs
+
+
+def summarise(
+    baseline: list[Run], store_runs: dict[int, list[Run]], config: dict[str, Any]
+) -> dict[str, Any]:
+    base_rates = [r.rate for r in baseline]
+    base_median = median(base_rates)
+    report: dict[str, Any] = {
+        "config": config,
+        "machine": machine_info(),
+        "baseline": {
+            "median_cmd_per_s": base_median,
+            "min_max_cmd_per_s": spread(base_rates),
+            "runs": [asdict(r) | {"cmd_per_s": r.rate} for r in baseline],
+        },
+        "control_plane": {},
+    }
+    for n, runs in store_runs.items():
+        rates = [r.rate for r in runs]
+        paired = [s.rate / b.rate for s, b in zip(runs, baseline, strict=True)]
+        report["control_plane"][str(n)] = {
+            "submitters": n,
+            "median_cmd_per_s": median(rates),
+            "min_max_cmd_per_s": spread(rates),
+            "median_writes_per_tx": median([r.writes_per_tx for r in runs]),
+            "ratio_of_medians": median(rates) / base_median,
+            "median_paired_ratio": median(paired),
+            "runs": [
+                asdict(r) | {"cmd_per_s": r.rate, "writes_per_tx": r.writes_per_tx} for r in runs
+            ],
+        }
+    target = report["control_plane"].get(str(TARGET_SUBMITTERS))
+    report["target"] = {
+        "submitters": TARGET_SUBMITTERS,
+        "min_ratio": TARGET_RATIO,
+        "ratio": None if target is None else target["ratio_of_medians"],
+        "met": None if target is None else target["ratio_of_medians"] >= TARGET_RATIO,
+    }
+    report["peak_rss_mb"] = peak_rss_mb()
+    return report
+
+
+def print_report(report: dict[str, Any]) -> None:
+    cfg, mach = report["config"], report["machine"]
+    print(
+        f"store throughput: enqueue -> claim_next -> complete (3 durable writes per command), "
+        f"synchronous=FULL\n"
+        f"{cfg['rounds']} rounds x {cfg['commands']} commands per run, interleaved; "
+        f"files in {cfg['dir']}\n"
+        f"Python {mach['python']}, SQLite {mach['sqlite']}, "
+        f"SQLAlchemy {mach.get('sqlalchemy', '?')}, {mach['cpus']} CPUs, {mach['platform']}"
+    )
+    print()
+    header = (
+        f"{'':<26}{'median cmd/s':>13}{'min':>10}{'max':>10}{'writes/tx':>11}{'vs baseline':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    base = report["baseline"]
+    lo, hi = base["min_max_cmd_per_s"]
+    print(
+        f"{'raw sqlite3, 1 thread':<26}{base['median_cmd_per_s']:>13,.1f}{lo:>10,.1f}"
+        f"{hi:>10,.1f}{1.0:>11.1f}{1.0:>12.2f}x"
+    )
+    for entry in report["control_plane"].values():
+        lo, hi = entry["min_max_cmd_per_s"]
+        label = f"control plane, {entry['submitters']} subm."
+        print(
+            f"{label:<26}{entry['median_cmd_per_s']:>13,.1f}{lo:>10,.1f}{hi:>10,.1f}"
+            f"{entry['median_writes_per_tx']:>11.1f}{entry['ratio_of_medians']:>12.2f}x"
+        )
+    print()
+    print(
+        "vs baseline = median control-plane cmd/s / median baseline cmd/s "
+        "(a control-plane command is 3 commits' worth of writes, the baseline's is 1)"
+    )
+    target = report["target"]
+    if target["ratio"] is not None:
+        verdict = "MET" if target["met"] else "NOT MET"
+        print(
+            f"target: {target['submitters']} submitters >= {target['min_ratio']:.1f}x baseline: "
+            f"{verdict} ({target['ratio']:.2f}x)"
+        )
+    print(f"peak RSS: {report['peak_rss_mb']:.0f} MiB")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _submitter_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="Durable commands/s of the store (enqueue+claim_next+complete, "
+        "synchronous=FULL) against a raw sqlite3 one-commit-per-command baseline."
+    )
+    parser.add_argument(
+        "--rounds", type=_positive_int, default=DEFAULT_ROUNDS, help="repetitions (default 5)"
+    )
+    parser.add_argument(
+        "--commands",
+        type=_positive_int,
+        default=DEFAULT_COMMANDS,
+        help=f"commands per run, split over the submitters (default {DEFAULT_COMMANDS})",
+    )
+    parser.add_argument(
+        "--submitters",
+        type=_submitter_list,
+        default=list(DEFAULT_SUBMITTERS),
+        help="comma-separated submitter thread counts (default 1,16,64)",
+    )
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="where to create the temporary directory for the database files "
+        "(default: the system temp dir, normally /tmp)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.dir is not None and not os.path.isdir(args.dir):
+        print(f"--dir {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    workdir = tempfile.mkdtemp(prefix="acp-store-bench-", dir=args.dir)
+    try:
+        progress(
+            f"store throughput: {args.rounds} rounds x {args.commands} commands, "
+            f"submitters {args.submitters}, in {workdir}"
+        )
+        baseline, store_runs = measure(workdir, args.rounds, args.commands, args.submitters)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    config = {
+        "rounds": args.rounds,
+        "commands": args.commands,
+        "submitters": args.submitters,
+        "dir": workdir,
+        "synchronous": Synchronous.FULL.value,
+        "baseline_min_seconds": BASELINE_MIN_SECONDS,
+    }
+    report = summarise(baseline, store_runs, config)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

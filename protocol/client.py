@@ -1,0 +1,98 @@
+"""The client side the control plane serves to one agent connection: permission requests,
+confined file access and (optionally) terminals. Runs on the protocol loop.
+
+``session/update`` notifications are NOT persisted here: the SDK validates them into typed
+models (dropping unknown kinds) and runs each in its own task. The raw tap in
+``protocol/connection.py`` records them verbatim and in wire order instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acp.schema import (
+    CreateTerminalResponse,
+    EnvVariable,
+    KillTerminalResponse,
+    PermissionOption,
+    ReadTextFileResponse,
+    ReleaseTerminalResponse,
+    RequestPermissionResponse,
+    TerminalOutputResponse,
+    ToolCallUpdate,
+    WaitForTerminalExitResponse,
+    WriteTextFileResponse,
+)
+
+from protocol.fs import Confinement
+from protocol.permissions import PermissionBroker
+from protocol.terminals import TerminalManager
+
+
+class ControlPlaneClient:
+    """Duck-typed ``acp.Client`` (not a subclass: an unimplemented method must answer -32601,
+    which the SDK only does for methods that do not exist)."""
+
+    def __init__(
+        self, confinement: Confinement, permissions: PermissionBroker, terminals: TerminalManager
+    ) -> None:
+        self.confinement = confinement
+        self.permissions = permissions
+        self.terminals = terminals
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        return None  # persisted by the raw tap, in wire order, verbatim
+
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **_: Any,
+    ) -> RequestPermissionResponse:
+        return await self.permissions.request(session_id, tool_call, options)
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **_: Any
+    ) -> ReadTextFileResponse:
+        return ReadTextFileResponse(content=self.confinement.read_text(path, line, limit))
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **_: Any
+    ) -> WriteTextFileResponse:
+        self.confinement.write_text(path, content)
+        return WriteTextFileResponse()
+
+    async def create_terminal(
+        self,
+        session_id: str,
+        command: str,
+        args: list[str] | None = None,
+        env: list[EnvVariable] | None = None,
+        cwd: str | None = None,
+        output_byte_limit: int | None = None,
+        **_: Any,
+    ) -> CreateTerminalResponse:
+        return await self.terminals.create(command, args, env, cwd, output_byte_limit)
+
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> TerminalOutputResponse:
+        return await self.terminals.output(terminal_id)
+
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> WaitForTerminalExitResponse:
+        return await self.terminals.wait_for_exit(terminal_id)
+
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> KillTerminalResponse:
+        await self.terminals.kill(terminal_id)
+        return KillTerminalResponse()
+
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **_: Any
+    ) -> ReleaseTerminalResponse:
+        await self.terminals.release(terminal_id)
+        return ReleaseTerminalResponse()

@@ -1,0 +1,445 @@
+"""One agent process and its ACP connection, driven from the protocol loop.
+
+Built on the SDK's stdio transport (``spawn_stdio_transport``, the same spawn and shutdown that
+``spawn_agent_process`` uses) plus ``connect_to_agent``, with one addition: a *raw tap*
+between the child's stdout and the SDK reader. The tap sees every line before the SDK does,
+so it can
+
+- hand each ``session/update`` frame to the recorder verbatim and in wire order (the SDK runs
+  every notification as its own task, and drops update kinds its models do not know);
+- refuse a frame over ``max_frame_bytes`` or a line that is not a JSON object, which the SDK
+  would buffer without bound or silently skip; either ends the connection with a typed
+  ``AgentProtocolError`` and an event.
+
+All methods run on the protocol loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
+from acp.client.connection import ClientSideConnection
+from acp.schema import (
+    AgentCapabilities,
+    ClientCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    InitializeResponse,
+)
+from acp.transports import spawn_stdio_transport
+
+from protocol.client import ControlPlaneClient
+from protocol.fs import Confinement
+from protocol.permissions import PermissionBroker
+from protocol.spawn import with_parent_death_signal
+from protocol.stderr_log import tail_lines
+from protocol.terminals import TerminalManager
+from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
+
+T = TypeVar("T")
+
+CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+class Recorder(Protocol):
+    """Where a connection's output goes (the actors write it to the store).
+
+    ``update`` and ``event`` are called on the loop, in wire order, and must not block: queue
+    the write and return. ``flush`` resolves once everything handed over is durable.
+    """
+
+    def update(self, frame: str) -> None: ...
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
+
+    def flush(self) -> Awaitable[None]: ...
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    command: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str]
+    stderr_path: str
+    additional_directories: tuple[str, ...] = ()
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    shutdown_timeout_s: float = 2.0
+    terminals_enabled: bool = False
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    stop_reason: str
+    usage: dict[str, Any] | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    acp_session_id: str
+    how: str  # "new" | "resumed" | "loaded" | "context_lost"
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentConnection:
+    def __init__(
+        self,
+        launch: AgentLaunch,
+        recorder: Recorder,
+        permissions: PermissionBroker,
+        on_exit: Callable[[int | None], None] | None = None,
+    ) -> None:
+        self.launch = launch
+        self._recorder = recorder
+        self.permissions = permissions
+        self._on_exit = on_exit
+        confinement = Confinement(launch.cwd, launch.additional_directories)
+        self.client = ControlPlaneClient(
+            confinement,
+            permissions,
+            TerminalManager(confinement, dict(launch.env), launch.terminals_enabled),
+        )
+        self._stack = AsyncExitStack()
+        self._conn: ClientSideConnection | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._failure: AgentProtocolError | None = None
+        self._stopping = False
+        self._replaying = False
+        self._exited = asyncio.Event()
+        self.init: InitializeResponse | None = None
+        self.acp_session_id: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    @property
+    def capabilities(self) -> AgentCapabilities:
+        if self.init is None or self.init.agent_capabilities is None:
+            return AgentCapabilities()
+        return self.init.agent_capabilities
+
+    @property
+    def agent_name(self) -> str | None:
+        info = None if self.init is None else self.init.agent_info
+        return None if info is None else info.name
+
+    async def start(self) -> InitializeResponse:
+        """Spawn the agent and ``initialize``; ``AgentStartFailed`` if either fails."""
+        try:
+            self.init = await self._start()
+        except BaseException as exc:
+            await self._stack.aclose()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if isinstance(exc, AgentStartFailed):
+                raise
+            raise AgentStartFailed(f"agent {self.launch.command[0]!r} failed to start: {exc}") from exc
+        return self.init
+
+    async def _start(self) -> InitializeResponse:
+        launch = self.launch
+        stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
+        argv = with_parent_death_signal(launch.command)
+        try:
+            reader, writer, process = await self._stack.enter_async_context(
+                spawn_stdio_transport(
+                    argv[0],
+                    *argv[1:],
+                    env=dict(launch.env),
+                    cwd=launch.cwd,
+                    stderr=stderr.fileno(),
+                    limit=1024 * 1024,
+                    shutdown_timeout=launch.shutdown_timeout_s,
+                )
+            )
+        except OSError as exc:
+            raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
+        self._process = process
+        tapped = asyncio.StreamReader(limit=1024 * 1024)
+        pump = asyncio.create_task(self._pump(reader, tapped), name="acp-raw-tap")
+        watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
+        self._stack.push_async_callback(_cancel_tasks, pump, watcher)
+        # Duck-typed on purpose (see protocol/client.py), hence not an ``acp.Client`` subtype.
+        self._conn = connect_to_agent(
+            self.client,  # type: ignore[arg-type]
+            writer,
+            tapped,
+            use_unstable_protocol=True,
+        )
+        self._stack.push_async_callback(self._conn.close)
+        capabilities = ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            terminal=launch.terminals_enabled,
+        )
+        try:
+            return await self._guard(
+                self._conn.initialize(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_capabilities=capabilities,
+                    client_info=CLIENT_INFO,
+                )
+            )
+        except AgentProtocolError as exc:
+            raise AgentStartFailed(f"agent failed during initialize: {exc}") from exc
+
+    async def stop(self) -> None:
+        """Orderly end: close the connection and stdin, wait, then terminate, then kill."""
+        self._stopping = True
+        await self.client.terminals.release_all()
+        await self._stack.aclose()
+
+    async def kill(self) -> None:
+        """Immediate end (a hung agent after the grace period)."""
+        self._stopping = True
+        if self.alive and self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        await self.client.terminals.release_all()
+        await self._stack.aclose()
+
+    # -- the raw tap ---------------------------------------------------------------------
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
+        limit = self.launch.max_frame_bytes
+        pending = bytearray()
+        try:
+            while chunk := await source.read(65536):
+                start = 0
+                while (end := chunk.find(b"\n", start)) != -1:
+                    pending += chunk[start:end]
+                    start = end + 1
+                    if not self._take_line(bytes(pending), sink):
+                        return
+                    pending.clear()
+                pending += chunk[start:]
+                if len(pending) > limit:
+                    self._fail(f"agent sent a frame over {limit} bytes")
+                    return
+            if pending:
+                self._take_line(bytes(pending), sink)
+        finally:
+            sink.feed_eof()
+
+    def _take_line(self, line: bytes, sink: asyncio.StreamReader) -> bool:
+        if len(line) > self.launch.max_frame_bytes:
+            self._fail(f"agent sent a frame over {self.launch.max_frame_bytes} bytes")
+            return False
+        stripped = line.strip()
+        if not stripped:
+            return True
+        if not stripped.startswith(b"{"):
+            self._fail(f"agent wrote a non-JSON line to stdout: {stripped[:120]!r}")
+            return False
+        if b'"session/update"' in stripped:
+            self._record_update(stripped)
+        sink.feed_data(stripped + b"\n")
+        return True
+
+    def _record_update(self, line: bytes) -> None:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            return  # the SDK logs and skips it; there is nothing verbatim worth keeping
+        if isinstance(frame, dict) and frame.get("method") == "session/update" and "id" not in frame:
+            if not self._replaying:
+                self._recorder.update(line.decode("utf-8", errors="replace"))
+
+    def _fail(self, message: str) -> None:
+        if self._failure is None:
+            self._failure = AgentProtocolError(message)
+            self._recorder.event("agent_protocol_error", {"error": message})
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        self._exited.set()
+        if not self._stopping:
+            self._recorder.event(
+                "agent_exited",
+                {
+                    "exitCode": code,
+                    "stderrTail": tail_lines(self.launch.stderr_path),
+                    "expected": False,
+                },
+            )
+            if self._on_exit is not None:
+                self._on_exit(code)
+
+    async def _guard(self, request: Awaitable[T]) -> T:
+        """Await an ACP request; a dead connection becomes a typed error with the reason."""
+        try:
+            return await request
+        except (ConnectionError, RuntimeError) as exc:
+            if self._failure is not None:
+                raise self._failure from exc
+            if self._process is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), 2)
+                code = self._process.returncode
+                if code is not None:
+                    raise AgentExited(code, tail_lines(self.launch.stderr_path)) from exc
+            raise AgentProtocolError(f"connection to the agent failed: {exc}") from exc
+
+    def _require_conn(self) -> ClientSideConnection:
+        if self._conn is None:
+            raise AgentProtocolError("the agent connection is not started")
+        if self._failure is not None:
+            raise self._failure
+        return self._conn
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:
+        conn = self._require_conn()
+        response = await self._guard(
+            conn.new_session(
+                cwd=self.launch.cwd,
+                additional_directories=list(self.launch.additional_directories) or None,
+                mcp_servers=list(mcp_servers),
+            )
+        )
+        self.acp_session_id = response.session_id
+        return SessionOpened(response.session_id, "new", _dump(response))
+
+    async def restore_session(
+        self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
+    ) -> SessionOpened:
+        """Reattach to a session the agent knew: resume if advertised, else load (its replay
+        is not recorded again: it is already in the log), else a new session and a
+        ``context_lost`` event."""
+        conn = self._require_conn()
+        caps = self.capabilities
+        extra = list(self.launch.additional_directories) or None
+        reason = "the agent supports neither session/resume nor session/load"
+        try:
+            if caps.session_capabilities is not None and caps.session_capabilities.resume:
+                response: Any = await self._guard(
+                    conn.resume_session(
+                        session_id=acp_session_id,
+                        cwd=self.launch.cwd,
+                        additional_directories=extra,
+                        mcp_servers=list(mcp_servers),
+                    )
+                )
+                self.acp_session_id = acp_session_id
+                return SessionOpened(acp_session_id, "resumed", _dump(response))
+            if caps.load_session:
+                self._replaying = True
+                try:
+                    response = await self._guard(
+                        conn.load_session(
+                            cwd=self.launch.cwd,
+                            session_id=acp_session_id,
+                            mcp_servers=list(mcp_servers),
+                            additional_directories=extra,
+                        )
+                    )
+                finally:
+                    self._replaying = False
+                self.acp_session_id = acp_session_id
+                return SessionOpened(acp_session_id, "loaded", _dump(response))
+        except RequestError as exc:
+            reason = f"the agent could not restore session {acp_session_id}: {exc}"
+        opened = await self.new_session(mcp_servers)
+        self._recorder.event(
+            "context_lost", {"reason": reason, "previousAcpSessionId": acp_session_id}
+        )
+        return SessionOpened(opened.acp_session_id, "context_lost", opened.response)
+
+    async def prompt(
+        self,
+        blocks: Sequence[dict[str, Any]],
+        timeout_s: float | None = None,
+        grace_s: float = 5.0,
+    ) -> TurnResult:
+        """One turn. On ``timeout_s``: cancel, and kill the agent if the turn has not ended
+        ``grace_s`` later (then ``AgentExited``). Returns once the turn's updates are durable."""
+        conn = self._require_conn()
+        session_id = self._require_session()
+        self.permissions.turn_started()
+        turn = asyncio.ensure_future(
+            self._guard(conn.prompt(session_id=session_id, prompt=list(blocks)))  # type: ignore[arg-type]
+        )
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({turn}, timeout=timeout_s)
+            if not done:
+                timed_out = True
+                await self.cancel()
+                done, _ = await asyncio.wait({turn}, timeout=grace_s)
+                if not done:
+                    self._recorder.event(
+                        "turn_timeout_kill",
+                        {"timeoutS": timeout_s, "graceS": grace_s, "pid": self.pid},
+                    )
+                    await self.kill()
+            response = await turn
+        finally:
+            await self._recorder.flush()
+        usage = None if response.usage is None else response.usage.model_dump(by_alias=True, exclude_none=True)
+        return TurnResult(str(response.stop_reason), usage, timed_out)
+
+    async def cancel(self) -> None:
+        """``session/cancel``; pending permission requests are answered ``cancelled``."""
+        self.permissions.cancel_pending()
+        if self._conn is not None and self.acp_session_id is not None and self.alive:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self._conn.cancel(session_id=self.acp_session_id)
+
+    async def set_mode(self, mode_id: str) -> dict[str, Any]:
+        conn = self._require_conn()
+        response = await self._guard(
+            conn.set_session_mode(session_id=self._require_session(), mode_id=mode_id)
+        )
+        return _dump(response)
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> dict[str, Any]:
+        conn = self._require_conn()
+        response = await self._guard(
+            conn.set_config_option(config_id=config_id, session_id=self._require_session(), value=value)
+        )
+        return _dump(response)
+
+    async def close_session(self) -> bool:
+        """``session/close`` where advertised; returns whether it was sent."""
+        caps = self.capabilities.session_capabilities
+        if caps is None or not caps.close or self.acp_session_id is None or not self.alive:
+            return False
+        conn = self._require_conn()
+        await self._guard(conn.close_session(session_id=self.acp_session_id))
+        return True
+
+    def _require_session(self) -> str:
+        if self.acp_session_id is None:
+            raise AgentProtocolError("no ACP session is open on this connection")
+        return self.acp_session_id
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    if model is None:
+        return {}
+    dumped = model.model_dump(by_alias=True, exclude_none=True)
+    return dumped if isinstance(dumped, dict) else {}
+
+
+async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,116 @@
+"""Permission policy for ``session/request_permission``.
+
+A policy answers ``allow``, ``deny`` or ``ask`` per request: a default, overridden by rules
+per tool kind (``read``, ``edit``, ``execute``, ...). ``ask`` hands the request to a callback
+the host supplies (``acpctl serve`` forwards it to the connected ACP client). After a cancel,
+every pending request is answered ``cancelled``, as ACP requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+
+
+class Decision(StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    ASK = "ask"
+
+
+# The host's answer to an ``ask``: the option id chosen, or None for "cancelled".
+AskCallback = Callable[[str, ToolCallUpdate, list[PermissionOption]], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class PermissionPolicy:
+    default: Decision = Decision.ASK
+    by_kind: Mapping[str, Decision] = field(default_factory=dict)
+
+    def decide(self, tool_call: ToolCallUpdate) -> Decision:
+        kind = tool_call.kind or "other"
+        return self.by_kind.get(str(kind), self.default)
+
+
+def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> str | None:
+    for wanted in kinds:
+        for option in options:
+            if option.kind == wanted:
+                return option.option_id
+    return None
+
+
+def selected(option_id: str) -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option_id))
+
+
+def cancelled() -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+class PermissionBroker:
+    """Answers one connection's permission requests; lives on the protocol loop."""
+
+    def __init__(self, policy: PermissionPolicy, ask: AskCallback | None = None) -> None:
+        self.policy = policy
+        self._ask = ask
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._cancelled = False
+        self.answered: list[tuple[str, str]] = []  # (tool call id, outcome) for diagnostics
+
+    def turn_started(self) -> None:
+        self._cancelled = False
+
+    def cancel_pending(self) -> None:
+        """Answer every pending request ``cancelled`` (called when the turn is cancelled)."""
+        self._cancelled = True
+        for future in list(self._pending):
+            future.cancel()
+
+    async def request(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
+        response = await self._decide(session_id, tool_call, options)
+        outcome = response.outcome
+        label = getattr(outcome, "option_id", None) or outcome.outcome
+        self.answered.append((tool_call.tool_call_id, str(label)))
+        return response
+
+    async def _decide(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
+        if self._cancelled:
+            return cancelled()
+        decision = self.policy.decide(tool_call)
+        if decision is Decision.ASK and self._ask is None:
+            decision = Decision.DENY  # nobody to ask: the safe answer
+        if decision is Decision.ALLOW:
+            option = _pick(options, ("allow_once", "allow_always"))
+            return selected(option) if option else cancelled()
+        if decision is Decision.DENY:
+            option = _pick(options, ("reject_once", "reject_always"))
+            return selected(option) if option else cancelled()
+        assert self._ask is not None
+        future = asyncio.ensure_future(self._ask(session_id, tool_call, options))
+        self._pending.add(future)
+        try:
+            choice = await future
+        except asyncio.CancelledError:
+            if self._cancelled:
+                return cancelled()
+            raise
+        finally:
+            self._pending.discard(future)
+        valid = {o.option_id for o in options}
+        return selected(choice) if choice in valid else cancelled()
