@@ -26,6 +26,7 @@ class StoreRecorder:
         self._store = store
         self.session_id = session_id
         self.command_id: str | None = None  # set by the session actor for each turn
+        self.epoch: int | None = None  # the owner's fencing epoch; stale writes are refused
         self._lock = threading.Lock()
         self._buffer: list[tuple[str | None, NewEvent]] = []
         self._in_flight = False
@@ -69,7 +70,11 @@ class StoreRecorder:
         self._submit(batch)
 
     def _submit(self, batch: list[tuple[str | None, NewEvent]]) -> None:
+        epoch = self.epoch
+
         def write(ctx: WriteContext) -> int:
+            if epoch is not None:
+                ops.check_epoch(ctx.conn, self.session_id, epoch)
             run: list[NewEvent] = []
             run_command: str | None = batch[0][0]
             for command_id, event in batch:

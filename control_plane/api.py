@@ -1,19 +1,27 @@
-"""``ControlPlane``: the synchronous public API over one store.
+"""``ControlPlane``: the synchronous public API; ``open`` runs the whole machine.
 
-Thread-safe: any thread may call any method. Writes return once durable (group commit);
-events reach bindings through the delivery service, resumed from their checkpoints on open.
+Thread-safe: any thread may call any method. Writes return once durable (group commit).
+Opening runs recovery, resumes deliveries from their checkpoints, and hands sessions with
+work to the supervisor, which runs them as actors against their agents.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from actors.delivery import DeliveryService
+from actors.settings import RuntimeSettings
+from actors.supervisor import Supervisor
 from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
+from control_plane.outcome import Outcome
+from control_plane.queue_modes import QueueMode
+from control_plane.waiting import FINAL, Waiters
+from protocol.loop import ProtocolLoop
 from protocol.transcript import TranscriptSession, write_transcript
 from state_machines import SessionState
 from store import (
@@ -29,7 +37,10 @@ from store import (
     SpawnResult,
     Store,
     StoreOptions,
+    WriteContext,
 )
+from store import operations as ops
+from store import queries
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
@@ -37,31 +48,67 @@ AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 class ControlPlane:
     """Open with ``ControlPlane.open(path)``; use as a context manager to close cleanly."""
 
-    def __init__(self, store: Store, delivery: DeliveryService, recovery: RecoveryReport) -> None:
+    def __init__(
+        self,
+        store: Store,
+        delivery: DeliveryService,
+        loop: ProtocolLoop,
+        supervisor: Supervisor,
+    ) -> None:
         self.store = store
         self.delivery = delivery
-        self.recovery = recovery
+        self.loop = loop
+        self.supervisor = supervisor
+        self._waiters = Waiters(store)
+        self._closed = False
 
     @classmethod
     def open(
         cls,
         path: str | os.PathLike[str],
         options: StoreOptions | None = None,
+        settings: RuntimeSettings | None = None,
+        *,
         delivery_workers: int = 4,
         delivery_batch: int = 256,
+        run_sessions: bool = True,
     ) -> ControlPlane:
-        """Open (or create) the store at ``path``, run recovery, resume deliveries."""
+        """Open (or create) the store at ``path``, recover, resume deliveries and start
+        running sessions (``run_sessions=False`` opens the store for inspection only)."""
         store = Store.open(path, options)
+        settings = settings or RuntimeSettings()
+        if settings.log_dir == RuntimeSettings().log_dir:
+            # Agent stderr logs live next to the store unless configured otherwise.
+            log_dir = os.path.join(os.path.dirname(store.path), "agent-logs")
+            settings = replace(settings, log_dir=log_dir)
+        loop: ProtocolLoop | None = None
         try:
-            recovery = store.recover()
             delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
             delivery.start()
+            loop = ProtocolLoop()
+            supervisor = Supervisor(store, loop, settings)
+            if run_sessions:
+                supervisor.start()
         except BaseException:
+            if loop is not None:
+                loop.stop()
             store.close()
             raise
-        return cls(store, delivery, recovery)
+        return cls(store, delivery, loop, supervisor)
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        return self.supervisor.recovery
 
     def close(self) -> None:
+        """Stop every session actor (their agents end), finish deliveries, close the store.
+        Queued and interrupted work stays in the store for the next open."""
+        if self._closed:
+            return
+        self._closed = True
+        self.supervisor.stop()
+        self.loop.stop()
+        self._waiters.close()
         self.delivery.close()
         self.store.close()
 
@@ -82,7 +129,7 @@ class ControlPlane:
         jsonl_sink: str | os.PathLike[str] | None = None,
         callback_sink: str | None = None,
         idempotency_key: str | None = None,
-        queue_mode: str = "followup",
+        queue_mode: QueueMode | str = QueueMode.FOLLOWUP,
         metadata: dict[str, Any] | None = None,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
@@ -91,35 +138,104 @@ class ControlPlane:
         other arguments it raises ``IdempotencyConflict``.
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
-        binding: BindingSpec | None = None
         if jsonl_sink is not None and callback_sink is not None:
             raise ValueError("give at most one of jsonl_sink and callback_sink")
+        binding: BindingSpec | None = None
         if jsonl_sink is not None:
             binding = BindingSpec(SinkKind.JSONL, os.path.abspath(os.fspath(jsonl_sink)))
         elif callback_sink is not None:
             binding = BindingSpec(SinkKind.CALLBACK, callback_sink)
-        return self.store.spawn(
+        result = self.store.spawn(
             spec,
             os.path.abspath(os.fspath(cwd if cwd is not None else os.getcwd())),
             binding,
             None if prompt is None else prompt_blocks(prompt),
             idempotency_key,
             metadata=metadata,
-            queue_mode=queue_mode,
+            queue_mode=QueueMode(queue_mode).value,
         )
+        self.supervisor.notify(result.session.id)
+        return result
 
     def prompt(
-        self, session_id: str, prompt: PromptInput, *, idempotency_key: str | None = None
+        self,
+        session_id: str,
+        prompt: PromptInput,
+        *,
+        idempotency_key: str | None = None,
+        mode: QueueMode | str | None = None,
     ) -> CommandRecord:
-        """Queue a prompt; returns the command (the original one for a repeated key)."""
+        """Queue a prompt; returns the command (the original one for a repeated key).
+
+        ``mode`` overrides the session's queue mode for this prompt: ``followup`` waits its
+        turn, ``collect`` merges with prompts queued meanwhile, ``steer`` cancels the running
+        turn and runs next, ``interrupt`` also cancels everything queued before it.
+        """
         payload = {"content": prompt_blocks(prompt)}
-        return self.store.enqueue(session_id, CommandKind.PROMPT, payload, idempotency_key).command
+        chosen = QueueMode(mode) if mode is not None else None
+
+        def write(ctx: WriteContext) -> tuple[CommandRecord, bool]:
+            session = queries.get_session(ctx.conn, session_id)
+            effective = chosen or QueueMode(session.queue_mode)
+            known = ops.find_by_key(ctx, session_id, idempotency_key)
+            if known is not None:  # a retry: never cancel anything twice
+                return ops.enqueue(
+                    ctx, session_id, CommandKind.PROMPT, payload, idempotency_key
+                ).command, False
+            cancels = effective in (QueueMode.STEER, QueueMode.INTERRUPT)
+            if effective is QueueMode.INTERRUPT:
+                ops.cancel(ctx, session_id, include_queued=True)
+            elif effective is QueueMode.STEER:
+                ops.cancel(ctx, session_id)
+            priority = 1 if effective is QueueMode.STEER else 0
+            command = ops.enqueue(
+                ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
+            ).command
+            return command, cancels
+
+        command, cancel_running = self.store.write(write)
+        if cancel_running:
+            self.supervisor.cancel_turn(session_id)
+        self.supervisor.notify(session_id)
+        return command
+
+    def set_mode(
+        self, session_id: str, mode_id: str, *, idempotency_key: str | None = None
+    ) -> CommandRecord:
+        return self._control(session_id, CommandKind.SET_MODE, {"modeId": mode_id}, idempotency_key)
+
+    def set_config_option(
+        self,
+        session_id: str,
+        config_id: str,
+        value: str | bool,
+        *,
+        idempotency_key: str | None = None,
+    ) -> CommandRecord:
+        payload = {"configId": config_id, "value": value}
+        return self._control(session_id, CommandKind.SET_CONFIG_OPTION, payload, idempotency_key)
+
+    def _control(
+        self, session_id: str, kind: CommandKind, payload: dict[str, Any], key: str | None
+    ) -> CommandRecord:
+        command = self.store.enqueue(session_id, kind, payload, key).command
+        self.supervisor.notify(session_id)
+        return command
 
     def cancel(self, session_id: str, *, include_queued: bool = False) -> SessionState:
-        return self.store.cancel(session_id, include_queued)
+        """Cancel the running turn (its command ends ``cancelled``); with ``include_queued``
+        also every queued command. Idempotent."""
+        state = self.store.cancel(session_id, include_queued)
+        self.supervisor.cancel_turn(session_id)
+        return state
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
-        return self.store.close_session(session_id, reason)
+        """Close for good: the agent is stopped, open commands are cancelled."""
+        if not self.supervisor.close(session_id, reason):
+            self.store.close_session(session_id, reason)
+        return self.store.get_session(session_id)
+
+    # -- reading -------------------------------------------------------------------------
 
     def get(self, session_id: str) -> SessionRecord:
         return self.store.get_session(session_id)
@@ -130,6 +246,15 @@ class ControlPlane:
     def commands(self, session_id: str) -> list[CommandRecord]:
         return self.store.commands_of(session_id)
 
+    def wait(self, command_id: str, timeout: float | None = None) -> Outcome:
+        """Block until the command is final (``TimeoutError`` after ``timeout`` seconds)."""
+        return Outcome.of(self._waiters.command(command_id, timeout))
+
+    def result(self, command_id: str) -> Outcome | None:
+        """The command's outcome, or None while it is queued or running."""
+        command = self.store.get_command(command_id)
+        return Outcome.of(command) if command.state in FINAL else None
+
     def list_sessions(
         self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None
     ) -> list[SessionRecord]:
@@ -139,6 +264,14 @@ class ControlPlane:
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
         return self.store.events(session_id, after_seq, limit)
+
+    def follow(
+        self, session_id: str, after_seq: int = 0, idle_timeout: float | None = None
+    ) -> Iterator[EventRecord]:
+        """Events as they are committed, in order; ends after the session's ``closed`` event
+        (or after ``idle_timeout`` seconds without a new event)."""
+        self.store.get_session(session_id)
+        return self._waiters.events(session_id, after_seq, idle_timeout)
 
     # -- delivery ------------------------------------------------------------------------
 

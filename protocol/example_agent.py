@@ -495,9 +495,15 @@ class ExampleAgent:
                 await asyncio.sleep(delay)
             await self._chunk(sid, chunk, turn)
             if d.crash:
-                await self._flush_stdout()
-                log.error("crashing as requested (#crash)")
-                os._exit(3)
+                await self._crash()
+        if d.crash:  # an empty reply (e.g. #chunks=0) still crashes
+            await self._crash()
+
+    async def _crash(self) -> None:
+        """Exit with code 3 at once (no cleanup), after the frames sent so far are out."""
+        await self._flush_stdout()
+        log.error("crashing as requested (#crash)")
+        os._exit(3)
 
     async def _chunk(self, sid: str, text: str, turn: TurnState) -> None:
         """Send one agent_message_chunk and remember it (usage, persistence)."""

@@ -227,6 +227,7 @@ def _insert_command(
     payload: dict[str, Any],
     idempotency_key: str | None,
     max_attempts: int,
+    priority: int = 0,
 ) -> CommandRecord:
     conn = ctx.conn
     seq = conn.execute(
@@ -247,6 +248,7 @@ def _insert_command(
             idempotency_key=idempotency_key,
             request_hash=request_hash(kind.value, payload),
             state=CommandState.QUEUED.value,
+            priority=priority,
             attempts=0,
             max_attempts=max_attempts,
             created_at=now,
@@ -256,6 +258,18 @@ def _insert_command(
     return queries.get_command(conn, command_id)
 
 
+def find_by_key(ctx: WriteContext, session_id: str, key: str | None) -> str | None:
+    """The id of the session's command with this idempotency key, if any."""
+    if key is None:
+        return None
+    found: str | None = ctx.conn.execute(
+        select(commands.c.id).where(
+            commands.c.session_id == session_id, commands.c.idempotency_key == key
+        )
+    ).scalar_one_or_none()
+    return found
+
+
 def enqueue(
     ctx: WriteContext,
     session_id: str,
@@ -263,6 +277,7 @@ def enqueue(
     payload: dict[str, Any],
     idempotency_key: str | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = 0,
 ) -> EnqueueResult:
     """Queue a command at the session's next seq. A known key with the same kind and payload
     returns the original command (with its outcome once final); with another, a conflict."""
@@ -280,7 +295,9 @@ def enqueue(
     session = queries.get_session(conn, session_id)
     if session.state is SessionState.CLOSED:
         raise SessionClosed(session_id)
-    command = _insert_command(ctx, session_id, kind, payload, idempotency_key, max_attempts)
+    command = _insert_command(
+        ctx, session_id, kind, payload, idempotency_key, max_attempts, priority
+    )
     fault_point("enqueue.after_insert")
     return EnqueueResult(command, created=True)
 
@@ -334,10 +351,13 @@ def fail(
     return _transition_command(ctx, command_id, CommandEvent.FAIL, **values)
 
 
-def cancel_command(ctx: WriteContext, command_id: str, reason: str) -> CommandRecord:
-    return _transition_command(
-        ctx, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
-    )
+def cancel_command(
+    ctx: WriteContext, command_id: str, reason: str, result: dict[str, Any] | None = None
+) -> CommandRecord:
+    values: dict[str, Any] = {"error": reason, "finished_at": time.time()}
+    if result is not None:
+        values["result"] = _dumps(result)
+    return _transition_command(ctx, command_id, CommandEvent.CANCEL, **values)
 
 
 def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> SessionState:
@@ -507,8 +527,9 @@ def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
 # -- recovery ------------------------------------------------------------------------------
 
 
-def _orphaned(conn: Connection, me: str) -> set[str]:
-    """Sessions with work in flight whose owner is gone (or none, or this process)."""
+def orphaned_sessions(conn: Connection, me: str, include_mine: bool) -> set[str]:
+    """Sessions with work in flight whose owner is gone (or none; or this process, when it
+    has just opened the store and so cannot be running anything yet)."""
     rows = conn.execute(
         select(sessions.c.id, sessions.c.owner).where(
             sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
@@ -517,16 +538,22 @@ def _orphaned(conn: Connection, me: str) -> set[str]:
             )
         )
     ).all()
-    return {r.id for r in rows if r.owner in (None, me) or not owner_alive(r.owner)}
+    return {
+        r.id
+        for r in rows
+        if r.owner is None
+        or (r.owner == me and include_mine)
+        or (r.owner != me and not owner_alive(r.owner))
+    }
 
 
-def recover(ctx: WriteContext, me: str | None = None) -> RecoveryReport:
+def recover(ctx: WriteContext, me: str | None = None, include_mine: bool = True) -> RecoveryReport:
     """Commands found ``running`` in sessions whose owner is gone were interrupted: back to
     ``queued`` while the attempt budget lasts, else ``failed``; an ``interrupted`` event
     records each. Those sessions, if mid-turn, go to ``error``: their agent died with the old
     process, and the next command restarts it. Sessions a live process owns are left alone."""
     conn = ctx.conn
-    orphaned = _orphaned(conn, me or this_owner())
+    orphaned = orphaned_sessions(conn, me or this_owner(), include_mine)
     running = conn.execute(
         select(commands)
         .where(commands.c.state == CommandState.RUNNING.value, commands.c.session_id.in_(orphaned))

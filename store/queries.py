@@ -85,7 +85,7 @@ def next_queued(conn: Connection, session_id: str) -> CommandRecord | None:
     row = conn.execute(
         select(commands)
         .where(commands.c.session_id == session_id, commands.c.state == CommandState.QUEUED)
-        .order_by(commands.c.seq)
+        .order_by(commands.c.priority.desc(), commands.c.seq)
         .limit(1)
     ).first()
     return None if row is None else command_from_row(row)

@@ -75,6 +75,8 @@ commands = Table(
     Column("idempotency_key", String, nullable=True),
     Column("request_hash", String, nullable=False),
     Column("state", String, nullable=False),
+    # Claimed highest first, then by seq: a steered prompt jumps the queue (migration 0002).
+    Column("priority", Integer, nullable=False, default=0, server_default="0"),
     Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False),
     Column("result", Text, nullable=True),
@@ -86,8 +88,14 @@ commands = Table(
     UniqueConstraint("session_id", "seq", name="uq_commands_session_seq"),
     UniqueConstraint("session_id", "idempotency_key", name="uq_commands_session_key"),
 )
-# claim_next: the lowest queued seq of one session; recover: every running command.
-Index("ix_commands_session_state_seq", commands.c.session_id, commands.c.state, commands.c.seq)
+# claim_next: the next queued command of one session; recover: every running command.
+Index(
+    "ix_commands_session_state_priority_seq",
+    commands.c.session_id,
+    commands.c.state,
+    commands.c.priority,
+    commands.c.seq,
+)
 Index("ix_commands_state", commands.c.state)
 
 events = Table(

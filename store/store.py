@@ -23,6 +23,7 @@ from store import queries
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
 from store.integrity import IntegrityCheck, check_database_file
 from store.migrate import upgrade_to_head
+from store.ownership import this_owner
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -242,8 +243,15 @@ class Store:
     def advance_checkpoint(self, binding_id: str, seq: int) -> int:
         return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
 
-    def recover(self, me: str | None = None) -> RecoveryReport:
-        return self.write(lambda ctx: ops.recover(ctx, me))
+    def recover(self, me: str | None = None, include_mine: bool = True) -> RecoveryReport:
+        """Recover interrupted work (see ``operations.recover``). Without ``include_mine``
+        (a periodic sweep in a running process) it first checks on a reader and writes only
+        when some dead owner left work behind."""
+        if not include_mine:
+            owner = me or this_owner()
+            if not self.read(lambda c: ops.orphaned_sessions(c, owner, include_mine=False)):
+                return RecoveryReport()
+        return self.write(lambda ctx: ops.recover(ctx, me, include_mine))
 
     # -- reads ---------------------------------------------------------------------------
 

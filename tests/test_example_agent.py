@@ -8,7 +8,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
@@ -50,7 +50,12 @@ class RecordingClient:
         return RequestPermissionResponse(outcome=outcome)
 
     async def read_text_file(
-        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **_: Any
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **_: Any,
     ) -> ReadTextFileResponse:
         self.reads.append((path, line, limit))
         if path not in self.files:
@@ -80,7 +85,7 @@ async def running_agent(
     """Spawn the agent (state in tmp_path, stderr to a file so it can never block)."""
     with open(tmp_path / "agent.stderr", "ab") as stderr:
         async with spawn_agent_process(
-            client,
+            cast(Any, client),  # duck-typed: the Client Protocol's stubs would answer null
             sys.executable,
             "-m",
             "protocol.example_agent",
@@ -114,12 +119,14 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> No
             await asyncio.sleep(0.01)
 
 
+# Each agent start costs ~1.3 s (importing acp.schema dominates), so related checks
+# share one process to keep this file well under 30 s.
+
+
 def test_initialize_advertises_identity_and_capabilities(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with running_agent(tmp_path, RecordingClient()) as (conn, _):
             init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
-        async with running_agent(tmp_path, RecordingClient(), "--no-resume") as (conn, _):
-            no_resume = await conn.initialize(protocol_version=PROTOCOL_VERSION)
         caps = init.agent_capabilities
         assert caps is not None and caps.session_capabilities is not None
         assert init.agent_info is not None
@@ -130,69 +137,83 @@ def test_initialize_advertises_identity_and_capabilities(tmp_path: Path) -> None
         assert caps.prompt_capabilities.embedded_context is True
         sc = caps.session_capabilities
         assert sc.resume is not None and sc.close is not None and sc.list is not None
-        nc = no_resume.agent_capabilities
-        assert nc is not None and nc.session_capabilities is not None
-        assert nc.session_capabilities.resume is None
 
     asyncio.run(scenario())
 
 
-def test_default_prompt_thinks_then_echoes_word_by_word_with_usage(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        client = RecordingClient()
-        async with running_agent(tmp_path, client) as (conn, _):
-            sid = await start(conn, tmp_path)
-            resp = await say(conn, sid, "hello brave world")
-        assert client.kinds()[0] == "agent_thought_chunk"
-        assert client.texts("agent_thought_chunk") == ["Considering: hello brave world"]
-        assert client.texts() == ["Echo: ", "hello ", "brave ", "world"]
-        assert resp.stop_reason == "end_turn"
-        assert resp.usage is not None
-        assert (resp.usage.input_tokens, resp.usage.output_tokens) == (3, 4)
-        assert resp.usage.total_tokens == 7
-
-    asyncio.run(scenario())
-
-
-def test_hundred_chunks_arrive_in_order(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        client = RecordingClient()
-        async with running_agent(tmp_path, client) as (conn, _):
-            sid = await start(conn, tmp_path)
-            resp = await say(conn, sid, "#chunks=100")
-        assert client.texts() == [f"c{i} " for i in range(100)]
-        assert resp.usage is not None and resp.usage.output_tokens == 100
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.parametrize(
-    ("choice", "verdict", "final_status"),
-    [("allow", "allowed", "completed"), ("reject", "rejected", "failed")],
-)
-def test_tool_call_with_permission(
-    tmp_path: Path, choice: str, verdict: str, final_status: str
+def test_no_load_and_no_resume_drop_capabilities_and_answer_method_not_found(
+    tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        client = RecordingClient(permission=choice)
+        flags = ("--no-load", "--no-resume")
+        async with running_agent(tmp_path, RecordingClient(), *flags) as (conn, _):
+            init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            with pytest.raises(RequestError) as load_err:
+                await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            with pytest.raises(RequestError) as resume_err:
+                await conn.resume_session(session_id=sid, cwd=str(tmp_path))
+        caps = init.agent_capabilities
+        assert caps is not None and caps.session_capabilities is not None
+        assert caps.load_session is False
+        assert caps.session_capabilities.resume is None
+        assert (load_err.value.code, resume_err.value.code) == (-32601, -32601)
+
+    asyncio.run(scenario())
+
+
+def test_default_echo_and_hundred_chunks_stream_in_order(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        client = RecordingClient()
         async with running_agent(tmp_path, client) as (conn, _):
             sid = await start(conn, tmp_path)
-            await say(conn, sid, "look #tool #permission")
-        [request] = client.permission_requests
-        assert [(o.option_id, o.kind) for o in request["options"]] == [
+            echo = await say(conn, sid, "hello brave world")
+            echo_kinds, echo_texts = client.kinds(), client.texts()
+            client.updates.clear()
+            counted = await say(conn, sid, "#chunks=100")
+        # Default turn: one thought chunk first, then the echo one word per chunk.
+        assert echo_kinds[0] == "agent_thought_chunk"
+        assert echo_kinds.count("agent_thought_chunk") == 1
+        assert echo_texts == ["Echo: ", "hello ", "brave ", "world"]
+        assert echo.stop_reason == "end_turn"
+        assert echo.usage is not None
+        assert (echo.usage.input_tokens, echo.usage.output_tokens) == (3, 4)
+        assert echo.usage.total_tokens == 7
+        assert client.texts() == [f"c{i} " for i in range(100)]
+        assert counted.usage is not None and counted.usage.output_tokens == 100
+
+    asyncio.run(scenario())
+
+
+def test_tool_call_with_permission_allowed_then_rejected(tmp_path: Path) -> None:
+    async def turn(conn: ClientSideConnection, sid: str, client: RecordingClient) -> list[Any]:
+        client.updates.clear()
+        await say(conn, sid, "look #tool #permission")
+        return [u for u in client.updates if u.session_update.startswith("tool_call")]
+
+    async def scenario() -> None:
+        client = RecordingClient(permission="allow")
+        async with running_agent(tmp_path, client) as (conn, _):
+            sid = await start(conn, tmp_path)
+            allowed = await turn(conn, sid, client)
+            allowed_reply = client.reply()
+            client.permission = "reject"
+            rejected = await turn(conn, sid, client)
+            rejected_reply = client.reply()
+        first = client.permission_requests[0]
+        assert [(o.option_id, o.kind) for o in first["options"]] == [
             ("allow", "allow_once"),
             ("reject", "reject_once"),
         ]
-        tool_updates = [u for u in client.updates if u.session_update.startswith("tool_call")]
-        assert tool_updates[0].tool_call_id == request["tool_call"].tool_call_id == "tool-1"
-        assert (tool_updates[0].title, tool_updates[0].kind) == ("echo-tool", "read")
-        assert tool_updates[0].raw_input == {"message": "look"}
-        statuses = [u.status for u in tool_updates]
-        assert statuses[0] == "pending" and statuses[-1] == final_status
-        if verdict == "allowed":
-            assert statuses == ["pending", "in_progress", "completed"]
-            assert tool_updates[-1].content[0].content.text == "tool output: look"
-        assert f"permission: {verdict}" in client.reply()
+        assert allowed[0].tool_call_id == first["tool_call"].tool_call_id == "tool-1"
+        assert (allowed[0].title, allowed[0].kind) == ("echo-tool", "read")
+        assert allowed[0].raw_input == {"message": "look"}
+        assert [u.status for u in allowed] == ["pending", "in_progress", "completed"]
+        assert allowed[-1].content[0].content.text == "tool output: look"
+        assert "permission: allowed" in allowed_reply
+        assert [u.status for u in rejected] == ["pending", "failed"]
+        assert rejected[0].tool_call_id == "tool-2"
+        assert "permission: rejected" in rejected_reply
 
     asyncio.run(scenario())
 
@@ -217,56 +238,70 @@ def test_fs_directives_go_through_the_client(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_cancel_of_hang_returns_cancelled(tmp_path: Path) -> None:
+def test_cancel_stops_hang_and_abandons_pending_permission(tmp_path: Path) -> None:
+    async def cancel_turn(conn: ClientSideConnection, sid: str, text: str, ready: Any) -> Any:
+        pending = asyncio.create_task(say(conn, sid, text))
+        await wait_until(ready)
+        await conn.cancel(session_id=sid)
+        return await asyncio.wait_for(pending, 10)
+
     async def scenario() -> None:
-        client = RecordingClient()
+        client = RecordingClient(permission="hang")
         async with running_agent(tmp_path, client) as (conn, _):
             sid = await start(conn, tmp_path)
-            pending = asyncio.create_task(say(conn, sid, "wait #hang"))
+            hang = await cancel_turn(
+                conn, sid, "wait #hang", lambda: "agent_thought_chunk" in client.kinds()
+            )
+            client.updates.clear()
+            perm = await cancel_turn(
+                conn, sid, "x #permission", lambda: bool(client.permission_requests)
+            )
+            perm_kinds = client.kinds()
+            after = await say(conn, sid, "still alive")
+            client.updates.clear()
+            hard = asyncio.create_task(say(conn, sid, "#hang-hard"))
             await wait_until(lambda: "agent_thought_chunk" in client.kinds())
             await conn.cancel(session_id=sid)
-            resp = await asyncio.wait_for(pending, 10)
-            after = await say(conn, sid, "still alive")
-        assert resp.stop_reason == "cancelled"
+            await asyncio.sleep(0.3)
+            assert not hard.done()  # #hang-hard ignores session/cancel
+        # Leaving the block closed stdin: the agent exits and the stuck prompt fails.
+        with pytest.raises(ConnectionError):
+            await hard
+        assert hang.stop_reason == "cancelled"
+        assert perm.stop_reason == "cancelled"
+        assert "tool_call" not in perm_kinds  # the abandoned permission never ran the tool
         assert after.stop_reason == "end_turn"  # the session stays usable
 
     asyncio.run(scenario())
 
 
-def test_cancel_abandons_pending_permission(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        client = RecordingClient(permission="hang")
-        async with running_agent(tmp_path, client) as (conn, _):
-            sid = await start(conn, tmp_path)
-            pending = asyncio.create_task(say(conn, sid, "x #permission"))
-            await wait_until(lambda: bool(client.permission_requests))
-            await conn.cancel(session_id=sid)
-            resp = await asyncio.wait_for(pending, 10)
-        assert resp.stop_reason == "cancelled"
-        assert "tool_call" not in client.kinds()
+def test_crash_exits_3_after_recording_every_invocation(tmp_path: Path) -> None:
+    log = tmp_path / "invocations.jsonl"
 
-    asyncio.run(scenario())
-
-
-def test_crash_exits_3_and_fails_the_pending_prompt(tmp_path: Path) -> None:
-    async def scenario() -> None:
+    async def scenario() -> tuple[str, int]:
         client = RecordingClient()
-        async with running_agent(tmp_path, client) as (conn, proc):
+        flags = ("--invocations-file", str(log))
+        async with running_agent(tmp_path, client, *flags) as (conn, proc):
             sid = await start(conn, tmp_path)
+            await say(conn, sid, "one")
+            await say(conn, sid, "two #chunks=1")
+            client.updates.clear()
             with pytest.raises(ConnectionError):
                 await say(conn, sid, "boom #crash")
             assert await asyncio.wait_for(proc.wait(), 10) == 3
         assert client.texts() == ["Echo: "]  # exactly one chunk made it out first
+        return sid, proc.pid
 
-    asyncio.run(scenario())
+    sid, pid = asyncio.run(scenario())
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [entry["message"] for entry in lines] == ["one", "two #chunks=1", "boom #crash"]
+    assert {(entry["sessionId"], entry["pid"]) for entry in lines} == {(sid, pid)}
 
 
 def test_exit_during_initialize(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with running_agent(tmp_path, RecordingClient(), "--exit-during-initialize") as (
-            conn,
-            proc,
-        ):
+        flag = "--exit-during-initialize"
+        async with running_agent(tmp_path, RecordingClient(), flag) as (conn, proc):
             with pytest.raises(ConnectionError):
                 await conn.initialize(protocol_version=PROTOCOL_VERSION)
             assert await asyncio.wait_for(proc.wait(), 10) == 2
@@ -274,28 +309,39 @@ def test_exit_during_initialize(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_load_after_restart_replays_history_before_answering(tmp_path: Path) -> None:
-    async def scenario() -> None:
+def test_restart_load_replays_history_and_resume_attaches_silently(tmp_path: Path) -> None:
+    wire: list[str] = []
+
+    def tap(event: StreamEvent) -> None:
+        if event.direction is StreamDirection.INCOMING:
+            msg = event.message
+            wire.append(msg.get("method") or f"response:{msg.get('id')}")
+
+    async def first_process() -> tuple[str, str]:
         async with running_agent(tmp_path, RecordingClient()) as (conn, _):
-            sid = await start(conn, tmp_path)
-            await say(conn, sid, "first message")
-            await say(conn, sid, "second one #chunks=2")
+            loaded = await start(conn, tmp_path)
+            await say(conn, loaded, "first message")
+            await say(conn, loaded, "second one #chunks=2")
+            resumed = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+            await say(conn, resumed, "remember me")
+        return loaded, resumed
 
-        wire: list[str] = []
-
-        def tap(event: StreamEvent) -> None:
-            if event.direction is StreamDirection.INCOMING:
-                msg = event.message
-                wire.append(msg.get("method") or f"response:{msg.get('id')}")
-
+    async def second_process(loaded: str, resumed: str) -> None:
         client = RecordingClient()
         async with running_agent(tmp_path, client, observers=[tap]) as (conn, _):
             await conn.initialize(protocol_version=PROTOCOL_VERSION)
-            await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+            await conn.load_session(cwd=str(tmp_path), session_id=loaded, mcp_servers=[])
             replay = [(u.session_update, u.content.text) for u in client.updates]
             load_wire = list(wire)
             client.updates.clear()
-            await say(conn, sid, "#history")
+            await say(conn, loaded, "#history")
+            loaded_reply = client.reply()
+            client.updates.clear()
+            await conn.resume_session(session_id=resumed, cwd=str(tmp_path))
+            resume_updates = list(client.updates)
+            await say(conn, resumed, "#history")
+            with pytest.raises(RequestError) as unknown:
+                await conn.resume_session(session_id="nope", cwd=str(tmp_path))
         assert replay == [
             ("user_message_chunk", "first message"),
             ("agent_message_chunk", "Echo: first message"),
@@ -303,42 +349,13 @@ def test_load_after_restart_replays_history_before_answering(tmp_path: Path) -> 
             ("agent_message_chunk", "c0 c1 "),
         ]
         # All four replay notifications precede the load response on the wire.
-        assert load_wire[-5:-1] == ["session/update"] * 4
-        assert load_wire[-1].startswith("response:")
-        assert "history: first message | second one" in client.reply()
-
-    asyncio.run(scenario())
-
-
-def test_resume_after_restart_attaches_without_replay(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with running_agent(tmp_path, RecordingClient()) as (conn, _):
-            sid = await start(conn, tmp_path)
-            await say(conn, sid, "remember me")
-        client = RecordingClient()
-        async with running_agent(tmp_path, client) as (conn, _):
-            await conn.initialize(protocol_version=PROTOCOL_VERSION)
-            resumed = await conn.resume_session(session_id=sid, cwd=str(tmp_path))
-            assert client.updates == []
-            await say(conn, sid, "#history")
-            with pytest.raises(RequestError) as unknown:
-                await conn.resume_session(session_id="nope", cwd=str(tmp_path))
-        assert resumed.modes is not None and resumed.modes.current_mode_id == "default"
+        assert load_wire[-5:] == ["session/update"] * 4 + ["response:1"]
+        assert "history: first message | second one" in loaded_reply
+        assert resume_updates == []
         assert "history: remember me" in client.reply()
         assert unknown.value.code == -32002
 
-    asyncio.run(scenario())
-
-
-def test_no_load_answers_method_not_found(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with running_agent(tmp_path, RecordingClient(), "--no-load") as (conn, _):
-            sid = await start(conn, tmp_path)
-            with pytest.raises(RequestError) as err:
-                await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
-        assert err.value.code == -32601
-
-    asyncio.run(scenario())
+    asyncio.run(second_process(*asyncio.run(first_process())))
 
 
 def test_mode_and_model_changes_notify_and_persist(tmp_path: Path) -> None:
@@ -360,18 +377,38 @@ def test_mode_and_model_changes_notify_and_persist(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_invocations_file_gets_one_line_per_prompt(tmp_path: Path) -> None:
-    log = tmp_path / "invocations.jsonl"
+def test_misbehaviour_directives_leave_the_connection_usable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw_kinds: list[str] = []
 
-    async def scenario() -> tuple[str, int]:
-        flags = ("--invocations-file", str(log))
-        async with running_agent(tmp_path, RecordingClient(), *flags) as (conn, proc):
+    def tap(event: StreamEvent) -> None:
+        params = event.message.get("params") or {}
+        if event.direction is StreamDirection.INCOMING and "update" in params:
+            raw_kinds.append(params["update"]["sessionUpdate"])
+
+    async def scenario() -> None:
+        client = RecordingClient()
+        async with running_agent(tmp_path, client, observers=[tap]) as (conn, _):
             sid = await start(conn, tmp_path)
-            for text in ("one", "two #chunks=1", "three"):
-                await say(conn, sid, text)
-            return sid, proc.pid
+            text = (
+                "#garbage #flood-stderr=1048576 #oversize=200000 #unknown-update "
+                "#plan #title=My_Title #updates=3"
+            )
+            resp = await say(conn, sid, text)
+            after = await say(conn, sid, "ok")
+        assert resp.stop_reason == after.stop_reason == "end_turn"
+        # #updates: no thought chunk, chunk texts are indexes (after the oversize one).
+        assert client.texts()[:4] == ["x" * 200000, "0", "1", "2"]
+        plan = next(u for u in client.updates if u.session_update == "plan")
+        assert len(plan.entries) == 2
+        info = next(u for u in client.updates if u.session_update == "session_info_update")
+        assert info.title == "My Title"
+        # The SDK drops the vendor update before session_update; only the raw tap sees it.
+        assert "vendor_example_kind" in raw_kinds
+        assert "vendor_example_kind" not in client.kinds()
+        assert (tmp_path / "agent.stderr").stat().st_size >= 1048576
+        # The #garbage line reached the client, which logged and skipped it.
+        assert any("Error parsing JSON-RPC" in r.getMessage() for r in caplog.records)
 
-    sid, pid = asyncio.run(scenario())
-    lines = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [entry["message"] for entry in lines] == ["one", "two #chunks=1", "three"]
-    assert {(entry["sessionId"], entry["pid"]) for entry in lines} == {(sid, pid)}
+    asyncio.run(scenario())

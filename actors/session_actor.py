@@ -1,0 +1,352 @@
+"""``SessionActor``: one pykka ThreadingActor per live session.
+
+It takes the session's commands from the store one at a time, drives the agent through the
+protocol loop, and records every transition through the store's guarded, epoch-fenced writes.
+
+Threads: every handler here runs on the actor's own thread. A turn is started on the protocol
+loop and the handler returns at once; the loop reports the end of the turn as a ``TurnDone``
+message. So the mailbox stays free during a turn, and ``CancelTurn`` or ``CloseSession``
+overtake a running prompt. Short agent calls (start, set mode) block the actor thread on the
+loop with a timeout; nothing here blocks the loop.
+
+Exceptions: ``on_receive`` catches what a message raises, records it, and keeps serving
+(pykka would otherwise stop the actor for good). ``StaleEpoch`` means another process took the
+session over: the actor kills its agent and stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from actors import turns
+from actors.launch import launch_for
+from actors.messages import (
+    AgentGone,
+    CancelTurn,
+    CloseSession,
+    SlotGranted,
+    Tick,
+    TurnDone,
+    Wake,
+)
+from actors.recorder import StoreRecorder
+from actors.settings import RuntimeSettings
+from actors.slots import TurnSlots
+from actors.text import turn_text
+from protocol.connection import AgentConnection, TurnResult
+from protocol.loop import ProtocolLoop
+from protocol.permissions import PermissionBroker
+from state_machines import (
+    AgentProtocolError,
+    AgentStartFailed,
+    CommandState,
+    ControlPlaneError,
+    SessionState,
+    StaleEpoch,
+)
+from state_machines.errors import OwnedElsewhere
+from store import CommandKind, CommandRecord, Store, queries
+from store import operations as ops
+from store.ownership import this_owner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ActorDeps:
+    store: Store
+    loop: ProtocolLoop
+    slots: TurnSlots
+    settings: RuntimeSettings
+    on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
+
+
+class SessionActor(pykka.ThreadingActor):
+    def __init__(self, session_id: str, deps: ActorDeps) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.deps = deps
+        self.store = deps.store
+        self.epoch = -1
+        self.conn: AgentConnection | None = None
+        self.recorder = StoreRecorder(deps.store, session_id)
+        self.turn: tuple[str, ...] | None = None  # command ids of the running turn
+        self.last_active = time.monotonic()
+        self.closing = False
+
+    # -- lifecycle (actor thread) --------------------------------------------------------
+
+    def on_start(self) -> None:
+        try:
+            self.epoch = self.store.write(
+                lambda ctx: ops.acquire(ctx, self.session_id, this_owner())
+            )
+        except (OwnedElsewhere, ControlPlaneError) as exc:
+            log.info("session %s not activated: %s", self.session_id, exc)
+            self.stop()
+            return
+        self.recorder.epoch = self.epoch
+
+    def on_stop(self) -> None:
+        self._stop_agent(kill=False)
+        self.deps.slots.release(self.session_id)
+        if self.epoch >= 0:
+            try:
+                self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner()))
+            except ControlPlaneError:
+                log.exception("releasing session %s failed", self.session_id)
+        self.deps.on_stopped(self.session_id)
+
+    def on_failure(self, *_: Any) -> None:
+        self.on_stop()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            return self._dispatch(message)
+        except StaleEpoch:
+            log.warning("session %s was taken over by another process; stopping", self.session_id)
+            self._stop_agent(kill=True)
+            self.epoch = -1
+            self.stop()
+        except Exception:
+            log.exception("session %s: handling %r failed", self.session_id, message)
+        return None
+
+    def _dispatch(self, message: Any) -> Any:
+        self.last_active = time.monotonic()
+        if isinstance(message, Wake | SlotGranted):
+            self._work()
+        elif isinstance(message, TurnDone):
+            self._turn_done(message)
+        elif isinstance(message, CancelTurn):
+            self._cancel_turn()
+        elif isinstance(message, CloseSession):
+            return self._close(message.reason)
+        elif isinstance(message, AgentGone):
+            self._agent_gone(message.exit_code)
+        elif isinstance(message, Tick):
+            self._tick(message.now)
+        return None
+
+    # -- work ----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        if self.turn is not None or self.closing:
+            return
+        session = self.store.get_session(self.session_id)
+        if session.state is SessionState.CLOSED:
+            self.stop()
+            return
+        pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
+        needs_start = session.state is SessionState.CREATING
+        if pending is None and not needs_start:
+            self.deps.slots.release(self.session_id)
+            return
+        if not self.deps.slots.holds(self.session_id):
+            self.deps.slots.request(self.session_id)  # SlotGranted arrives when admitted
+            return
+        if not self._ensure_agent():
+            self._continue()
+            return
+        if pending is None:
+            self.deps.slots.release(self.session_id)
+            return
+        collect = session.queue_mode == "collect"
+        claimed = self.store.write(
+            lambda ctx: turns.begin_next(ctx, self.session_id, self.epoch, collect)
+        )
+        if not claimed:
+            self.deps.slots.release(self.session_id)
+            return
+        if claimed[0].kind is CommandKind.PROMPT:
+            self._start_turn(claimed)
+        else:
+            self._run_control(claimed[0])
+            self._continue()
+
+    def _continue(self) -> None:
+        """Give the slot back and queue for another: FIFO fairness between sessions."""
+        self.deps.slots.release(self.session_id)
+        self.actor_ref.tell(Wake())
+
+    def _ensure_agent(self) -> bool:
+        if self.conn is not None and self.conn.alive:
+            return True
+        self._stop_agent(kill=True)
+        session = self.store.get_session(self.session_id)
+        settings = self.deps.settings
+        conn = AgentConnection(
+            launch_for(session, settings),
+            self.recorder,
+            PermissionBroker(settings.permission_policy, settings.ask),
+            on_exit=self._on_agent_exit,
+        )
+        loop = self.deps.loop
+        try:
+            init = loop.call(conn.start(), settings.agent_start_timeout_s)
+            if session.acp_session_id:
+                opened = loop.call(
+                    conn.restore_session(session.acp_session_id), settings.agent_start_timeout_s
+                )
+            else:
+                opened = loop.call(conn.new_session(), settings.agent_start_timeout_s)
+        except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
+            self._discard(conn)
+            error = str(exc) or type(exc).__name__
+            self.store.write(
+                lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error)
+            )
+            return False
+        self.conn = conn
+        info = init.agent_info
+        details = {
+            "pid": conn.pid,
+            "acpSessionId": opened.acp_session_id,
+            "agentInfo": None
+            if info is None
+            else info.model_dump(by_alias=True, exclude_none=True),
+        }
+        self.store.write(
+            lambda ctx: turns.agent_started(
+                ctx, self.session_id, self.epoch, opened.acp_session_id, opened.how, details
+            )
+        )
+        return True
+
+    def _on_agent_exit(self, exit_code: int | None) -> None:
+        # Runs on the protocol loop: only a message.
+        if self.actor_ref.is_alive():
+            self.actor_ref.tell(AgentGone(exit_code))
+
+    def _start_turn(self, claimed: list[CommandRecord]) -> None:
+        assert self.conn is not None
+        ids = tuple(c.id for c in claimed)
+        self.turn = ids
+        self.recorder.command_id = ids[0]
+        blocks = [block for c in claimed for block in c.payload.get("content", [])]
+        settings = self.deps.settings
+        ref = self.actor_ref
+
+        def done(future: Future[TurnResult]) -> None:
+            exc = future.exception()
+            ref.tell(TurnDone(ids, None if exc else future.result(), exc))
+
+        self.deps.loop.when_done(
+            self.conn.prompt(blocks, settings.turn_timeout_s, settings.cancel_grace_s), done
+        )
+
+    def _turn_done(self, message: TurnDone) -> None:
+        if self.turn != message.command_ids:
+            return
+        self.turn = None
+        self.recorder.command_id = None
+        if self.closing:
+            return
+        if message.error is not None or message.result is None:
+            error = str(message.error) or type(message.error).__name__
+            self.store.write(
+                lambda ctx: turns.fail_turn(
+                    ctx, self.session_id, self.epoch, message.command_ids, error
+                )
+            )
+            self._stop_agent(kill=True)
+        else:
+            self._record_outcome(message.command_ids, message.result)
+        self._continue()
+
+    def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
+        outcome: dict[str, Any] = {
+            "stopReason": result.stop_reason,
+            "usage": result.usage,
+            "text": self._final_text(ids[0]),
+        }
+        final, error = CommandState.COMPLETED, None
+        if result.timed_out:
+            outcome["timedOut"] = True
+            timeout = self.deps.settings.turn_timeout_s
+            final, error = CommandState.FAILED, f"timeout: the turn ran longer than {timeout}s"
+        elif result.stop_reason == "cancelled":
+            final, error = CommandState.CANCELLED, "cancelled"
+        self.store.write(
+            lambda ctx: turns.finish_turn(
+                ctx, self.session_id, self.epoch, ids, outcome, final, error
+            )
+        )
+
+    def _final_text(self, command_id: str) -> str:
+        """The agent's message text of this turn (what a caller usually wants back)."""
+        return turn_text(self.store, self.session_id, command_id)
+
+    def _run_control(self, command: CommandRecord) -> None:
+        """set_mode / set_config_option: short agent calls, outcome recorded at once."""
+        assert self.conn is not None
+        payload, loop = command.payload, self.deps.loop
+        try:
+            if command.kind is CommandKind.SET_MODE:
+                result = loop.call(self.conn.set_mode(str(payload["modeId"])), 30)
+            else:
+                result = loop.call(
+                    self.conn.set_config_option(str(payload["configId"]), payload["value"]), 30
+                )
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            self.store.write(
+                lambda ctx: turns.fail_simple(ctx, self.session_id, self.epoch, command.id, error)
+            )
+            return
+        self.store.write(
+            lambda ctx: turns.complete_simple(ctx, self.session_id, self.epoch, command.id, result)
+        )
+
+    # -- control -------------------------------------------------------------------------
+
+    def _cancel_turn(self) -> None:
+        if self.turn is not None and self.conn is not None:
+            self.deps.loop.submit(self.conn.cancel())
+
+    def _close(self, reason: str) -> None:
+        self.closing = True
+        if self.conn is not None:
+            conn = self.conn
+            if self.turn is not None:
+                self._call_quietly(conn.cancel())
+            self._call_quietly(conn.close_session())
+        self._stop_agent(kill=False)
+        self.store.close_session(self.session_id, reason)
+        self.stop()
+
+    def _agent_gone(self, exit_code: int | None) -> None:
+        if self.turn is not None:
+            return  # the turn's own error reports it
+        self.conn = None
+        self.store.write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
+
+    def _tick(self, now: float) -> None:
+        idle_for = now - self.last_active
+        if self.turn is None and idle_for >= self.deps.settings.passivate_after_s:
+            pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
+            if pending is None:
+                self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
+        try:
+            self.deps.loop.call(coro, timeout)
+        except Exception as exc:
+            log.info("session %s: %s", self.session_id, exc)
+
+    def _stop_agent(self, kill: bool) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self._call_quietly(conn.kill() if kill else conn.stop(), 30)
+
+    def _discard(self, conn: AgentConnection) -> None:
+        self._call_quietly(conn.kill(), 30)

@@ -1,0 +1,36 @@
+"""Runtime settings of the actors: limits, timeouts, agent policies."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from protocol.permissions import AskCallback, Decision, PermissionPolicy
+
+
+def default_log_dir() -> str:
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "acpctl", "agent-logs")
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    # Running turns across the process (sessions waiting for a slot hold no thread).
+    max_running_turns: int = 16
+    # A turn longer than this is cancelled; None disables the timeout.
+    turn_timeout_s: float | None = 600.0
+    # After a cancel (user or timeout), how long the agent gets before it is killed.
+    cancel_grace_s: float = 5.0
+    # An idle live session is passivated (actor and agent stopped) after this long.
+    passivate_after_s: float = 300.0
+    agent_start_timeout_s: float = 60.0
+    # How often the supervisor looks for work other processes queued or left behind.
+    sweep_interval_s: float = 1.0
+    permission_policy: PermissionPolicy = field(
+        default_factory=lambda: PermissionPolicy(Decision.ASK)
+    )
+    ask: AskCallback | None = None
+    terminals_enabled: bool = False
+    env_passthrough: tuple[str, ...] = ()
+    max_frame_bytes: int = 16 * 1024 * 1024
+    agent_shutdown_timeout_s: float = 2.0
+    log_dir: str = field(default_factory=default_log_dir)

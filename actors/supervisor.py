@@ -1,0 +1,163 @@
+"""The supervisor: activation, passivation, the turn-slot limit, recovery, discovery.
+
+- A session with work gets a slot in FIFO order (``TurnSlots``); only then is its actor
+  started. A backlog of thousands of sessions costs a deque entry each, no thread.
+- Idle actors are passivated after ``passivate_after_s`` (agent stopped, ownership released);
+  the next command activates the session again and the agent restores its ACP session.
+- On open: ``recover`` (interrupted runs requeued within their attempt budget, else failed),
+  then every session with work (queued commands, or still ``creating``) is queued for a slot.
+- A sweep thread repeats discovery: work queued by another process, or left by an owner that
+  died, is picked up here (taking ownership raises the fencing epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+
+import pykka
+from sqlalchemy import Connection, select
+
+from actors.messages import CancelTurn, CloseSession, SlotGranted, Tick, Wake
+from actors.session_actor import ActorDeps, SessionActor
+from actors.settings import RuntimeSettings
+from actors.slots import TurnSlots
+from protocol.loop import ProtocolLoop
+from state_machines import CommandState, SessionState
+from store import RecoveryReport, Store
+from store.ownership import owner_alive, this_owner
+from store.schema import commands, sessions
+
+log = logging.getLogger(__name__)
+
+
+class Supervisor:
+    def __init__(self, store: Store, loop: ProtocolLoop, settings: RuntimeSettings) -> None:
+        self.store = store
+        self.loop = loop
+        self.settings = settings
+        self.me = this_owner()
+        self._lock = threading.RLock()
+        self._actors: dict[str, pykka.ActorRef[SessionActor]] = {}
+        self.slots = TurnSlots(settings.max_running_turns, self._granted)
+        self._deps = ActorDeps(store, loop, self.slots, settings, self._forget)
+        self._stopping = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
+        self.recovery = RecoveryReport()
+        self.activations = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> RecoveryReport:
+        self.recovery = self.store.recover(self.me)
+        self._discover()
+        self._sweeper.start()
+        return self.recovery
+
+    def stop(self, timeout: float = 60) -> None:
+        self._stopping.set()
+        if self._sweeper.is_alive():
+            self._sweeper.join(timeout)
+        with self._lock:
+            refs = list(self._actors.values())
+        for ref in refs:
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.stop(block=True, timeout=timeout)
+
+    # -- entry points (any thread) -------------------------------------------------------
+
+    def notify(self, session_id: str) -> None:
+        """The session may have new work."""
+        ref = self._live(session_id)
+        if ref is not None:
+            ref.tell(Wake())
+        else:
+            self.slots.request(session_id)
+
+    def cancel_turn(self, session_id: str) -> None:
+        ref = self._live(session_id)
+        if ref is not None:
+            ref.tell(CancelTurn())
+
+    def close(self, session_id: str, reason: str) -> bool:
+        """Close through the live actor (it stops the agent first); False if none is live."""
+        ref = self._live(session_id)
+        if ref is None:
+            return False
+        try:
+            ref.ask(CloseSession(reason), timeout=120)
+        except pykka.ActorDeadError:
+            return False
+        return True
+
+    def live_sessions(self) -> list[str]:
+        with self._lock:
+            return [sid for sid, ref in self._actors.items() if ref.is_alive()]
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _live(self, session_id: str) -> pykka.ActorRef[SessionActor] | None:
+        with self._lock:
+            ref = self._actors.get(session_id)
+            return ref if ref is not None and ref.is_alive() else None
+
+    def _granted(self, session_id: str) -> None:
+        if self._stopping.is_set():
+            return
+        with self._lock:
+            ref = self._actors.get(session_id)
+            if ref is None or not ref.is_alive():
+                ref = SessionActor.start(session_id, self._deps)
+                self._actors[session_id] = ref
+                self.activations += 1
+        ref.tell(SlotGranted())
+
+    def _forget(self, session_id: str) -> None:
+        with self._lock:
+            ref = self._actors.get(session_id)
+            if ref is not None and not ref.is_alive():
+                del self._actors[session_id]
+        # An actor that stopped holding a slot (crash, takeover) must not leak it.
+        self.slots.release(session_id)
+
+    def _discover(self) -> None:
+        """Queue every session with work that no live process owns."""
+        for session_id in self.store.read(lambda c: _sessions_with_work(c, self.me)):
+            if self._live(session_id) is None:
+                self.slots.request(session_id)
+
+    def _sweep(self) -> None:
+        interval = self.settings.sweep_interval_s
+        while not self._stopping.wait(interval):
+            try:
+                now = time.monotonic()
+                with self._lock:
+                    refs = list(self._actors.items())
+                for session_id, ref in refs:
+                    if ref.is_alive():
+                        ref.tell(Tick(now))
+                    else:
+                        self._forget(session_id)
+                report = self.store.recover(self.me, include_mine=False)
+                if report.requeued or report.failed:
+                    log.warning("recovered work of a dead owner: %s", report)
+                self._discover()
+            except Exception:
+                log.exception("supervisor sweep failed")
+
+
+def _sessions_with_work(conn: Connection, me: str) -> list[str]:
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner)
+        .where(
+            sessions.c.state != SessionState.CLOSED.value,
+            (sessions.c.state == SessionState.CREATING.value)
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.QUEUED.value)
+            ),
+        )
+        .order_by(sessions.c.created_at)
+    ).all()
+    return [r.id for r in rows if r.owner in (None, me) or not owner_alive(r.owner)]

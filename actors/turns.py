@@ -1,0 +1,168 @@
+"""The session actor's transactions: each is one atomic write carrying the fencing epoch.
+
+Composed from the store's operations so that, for example, claiming a prompt, moving the
+session to ``running`` and logging the user's prompt commit together or not at all.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import update
+
+from state_machines import CommandState, SessionEvent, SessionState
+from store import CommandKind, CommandRecord, NewEvent, WriteContext, queries
+from store import operations as ops
+from store.schema import sessions
+
+
+def begin_next(
+    ctx: WriteContext, session_id: str, epoch: int, collect: bool
+) -> list[CommandRecord]:
+    """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
+    merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    first = ops.claim_next(ctx, session_id)
+    if first is None:
+        return []
+    claimed = [first]
+    if first.kind is CommandKind.PROMPT:
+        while collect:
+            following = queries.next_queued(ctx.conn, session_id)
+            if following is None or following.kind is not CommandKind.PROMPT:
+                break
+            nxt = ops.claim_next(ctx, session_id)
+            assert nxt is not None
+            claimed.append(nxt)
+        ops.transition_session(ctx.conn, session_id, SessionEvent.TURN_STARTED, epoch=epoch)
+        content = [block for cmd in claimed for block in cmd.payload.get("content", [])]
+        payload: dict[str, Any] = {"commandId": first.id, "content": content}
+        if len(claimed) > 1:
+            payload["commandIds"] = [c.id for c in claimed]
+        ops.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
+    return claimed
+
+
+def finish_turn(
+    ctx: WriteContext,
+    session_id: str,
+    epoch: int,
+    command_ids: tuple[str, ...],
+    outcome: dict[str, Any],
+    final: CommandState,
+    error: str | None,
+) -> None:
+    """Record the turn's outcome on every command it served and return the session to idle."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    ops.append_events(
+        ctx,
+        session_id,
+        command_ids[0],
+        [
+            NewEvent(
+                "turn_ended",
+                {
+                    "commandId": command_ids[0],
+                    "stopReason": outcome.get("stopReason"),
+                    "usage": outcome.get("usage"),
+                },
+            )
+        ],
+    )
+    for command_id in command_ids:
+        if final is CommandState.COMPLETED:
+            ops.complete(ctx, command_id, outcome)
+        elif final is CommandState.CANCELLED:
+            ops.cancel_command(ctx, command_id, error or "cancelled", result=outcome)
+        else:
+            ops.fail(ctx, command_id, error or "failed", result=outcome)
+    ops.transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
+
+
+def fail_turn(
+    ctx: WriteContext, session_id: str, epoch: int, command_ids: tuple[str, ...], error: str
+) -> None:
+    """The agent died or broke the protocol mid-turn: commands failed, session to ``error``."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    ops.append_events(
+        ctx,
+        session_id,
+        command_ids[0],
+        [NewEvent("turn_failed", {"commandId": command_ids[0], "error": error})],
+    )
+    for command_id in command_ids:
+        if queries.get_command(ctx.conn, command_id).state is CommandState.RUNNING:
+            ops.fail(ctx, command_id, error)
+    state = queries.get_session(ctx.conn, session_id).state
+    if state is not SessionState.ERROR:
+        ops.transition_session(
+            ctx.conn, session_id, SessionEvent.AGENT_DIED, epoch=epoch, last_error=error
+        )
+
+
+def agent_started(
+    ctx: WriteContext,
+    session_id: str,
+    epoch: int,
+    acp_session_id: str,
+    how: str,
+    details: dict[str, Any],
+) -> None:
+    """A (re)started agent holds the session: ``creating -> idle`` or ``error -> idle``."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    state = queries.get_session(ctx.conn, session_id).state
+    ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(acp_session_id=acp_session_id, updated_at=time.time())
+    )
+    if state is SessionState.CREATING:
+        ops.transition_session(ctx.conn, session_id, SessionEvent.CREATED, epoch=epoch)
+    elif state is SessionState.ERROR:
+        ops.transition_session(
+            ctx.conn, session_id, SessionEvent.RESTARTED, epoch=epoch, last_error=None
+        )
+    ops.append_events(ctx, session_id, None, [NewEvent("agent_started", {"how": how, **details})])
+
+
+def start_failed(ctx: WriteContext, session_id: str, epoch: int, error: str) -> str | None:
+    """The agent could not be started: session to ``error``, and the command that needed
+    the agent fails with the reason (it is not retried forever). Returns its id."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    state = queries.get_session(ctx.conn, session_id).state
+    event = SessionEvent.AGENT_DIED if state is SessionState.IDLE else SessionEvent.START_FAILED
+    ops.transition_session(ctx.conn, session_id, event, epoch=epoch, last_error=error)
+    ops.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", {"error": error})])
+    command = ops.claim_next(ctx, session_id)
+    if command is None:
+        return None
+    ops.fail(ctx, command.id, f"agent could not start: {error}")
+    return command.id
+
+
+def agent_gone(ctx: WriteContext, session_id: str, epoch: int, exit_code: int | None) -> None:
+    """The agent exited while the session was idle: ``idle -> error`` (restart on next use)."""
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    if queries.get_session(ctx.conn, session_id).state is SessionState.IDLE:
+        ops.transition_session(
+            ctx.conn,
+            session_id,
+            SessionEvent.AGENT_DIED,
+            epoch=epoch,
+            last_error=f"agent exited with code {exit_code}",
+        )
+
+
+def complete_simple(
+    ctx: WriteContext, session_id: str, epoch: int, command_id: str, result: dict[str, Any]
+) -> None:
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    ops.complete(ctx, command_id, result)
+
+
+def fail_simple(
+    ctx: WriteContext, session_id: str, epoch: int, command_id: str, error: str
+) -> None:
+    ops.check_epoch(ctx.conn, session_id, epoch)
+    ops.fail(ctx, command_id, error)

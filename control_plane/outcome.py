@@ -1,0 +1,35 @@
+"""``Outcome``: what a host wants from a finished command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from state_machines import CommandState
+from store import CommandRecord
+
+
+@dataclass(frozen=True)
+class Outcome:
+    command_id: str
+    state: CommandState
+    stop_reason: str | None
+    text: str
+    usage: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.state is CommandState.COMPLETED
+
+    @classmethod
+    def of(cls, command: CommandRecord) -> Outcome:
+        result = command.result or {}
+        return cls(
+            command_id=command.id,
+            state=command.state,
+            stop_reason=result.get("stopReason"),
+            text=str(result.get("text") or ""),
+            usage=result.get("usage"),
+            error=command.error,
+        )
