@@ -47,11 +47,13 @@ class Supervisor:
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
         self.recovery = RecoveryReport()
         self.activations = 0
+        self._started = False  # an unstarted supervisor (inspection only) runs nothing
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> RecoveryReport:
         self.recovery = self.store.recover(self.me)
+        self._started = True
         self._discover()
         self._sweeper.start()
         return self.recovery
@@ -70,6 +72,8 @@ class Supervisor:
 
     def notify(self, session_id: str) -> None:
         """The session may have new work."""
+        if not self._started:
+            return
         ref = self._live(session_id)
         if ref is not None:
             ref.tell(Wake())
@@ -104,8 +108,8 @@ class Supervisor:
             return ref if ref is not None and ref.is_alive() else None
 
     def _granted(self, session_id: str) -> None:
-        if self._stopping.is_set():
-            return
+        if self._stopping.is_set() or not self._started:
+            return  # shutting down: the session keeps its work in the store for next time
         with self._lock:
             ref = self._actors.get(session_id)
             if ref is None or not ref.is_alive():

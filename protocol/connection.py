@@ -201,7 +201,13 @@ class AgentConnection:
         """Orderly end: close the connection and stdin, wait, then terminate, then kill."""
         self._stopping = True
         await self.client.terminals.release_all()
-        await self._stack.aclose()
+        await self._close_stack()
+
+    async def _close_stack(self) -> None:
+        # The SDK's close can report the pipe it is closing as reset when the agent is
+        # already gone; the process is being ended either way.
+        with contextlib.suppress(ConnectionError):
+            await self._stack.aclose()
 
     async def kill(self) -> None:
         """Immediate end (a hung agent after the grace period)."""
@@ -210,7 +216,7 @@ class AgentConnection:
             with contextlib.suppress(ProcessLookupError):
                 self._process.kill()
         await self.client.terminals.release_all()
-        await self._stack.aclose()
+        await self._close_stack()
 
     # -- the raw tap ---------------------------------------------------------------------
 
@@ -287,11 +293,13 @@ class AgentConnection:
         try:
             return await request
         except (ConnectionError, RuntimeError) as exc:
+            if self._process is not None:
+                # The connection ends before the exit status is known; wait a moment for it.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), 2)
             if self._failure is not None:
                 raise self._failure from exc
             if self._process is not None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._exited.wait(), 2)
                 code = self._process.returncode
                 if code is not None:
                     raise AgentExited(code, tail_lines(self.launch.stderr_path)) from exc

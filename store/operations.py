@@ -26,7 +26,8 @@ from state_machines import (
     SessionNotFound,
     SessionState,
 )
-from state_machines.errors import CheckpointError, OwnedElsewhere, StaleEpoch
+from state_machines.errors import CheckpointError, CommandNotFound, OwnedElsewhere, StaleEpoch
+from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
 from store.hashing import canonical_json, request_hash
@@ -44,7 +45,7 @@ from store.records import (
     SessionRecord,
     SpawnResult,
 )
-from store.schema import bindings, commands, delivery_checkpoints, events, sessions
+from store.schema import bindings, commands, delivery_checkpoints, sessions
 from store.writer import WriteContext
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -229,45 +230,43 @@ def _insert_command(
     max_attempts: int,
     priority: int = 0,
 ) -> CommandRecord:
-    conn = ctx.conn
-    seq = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(last_command_seq=sessions.c.last_command_seq + 1)
-        .returning(sessions.c.last_command_seq)
-    ).scalar_one()
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
+    if row is None:
+        if raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+            raise SessionNotFound(session_id)
+        raise SessionClosed(session_id)
     now = time.time()
-    command_id = new_id()
-    conn.execute(
-        insert(commands).values(
-            id=command_id,
-            session_id=session_id,
-            seq=seq,
-            kind=kind.value,
-            payload=_dumps(payload),
-            idempotency_key=idempotency_key,
-            request_hash=request_hash(kind.value, payload),
-            state=CommandState.QUEUED.value,
-            priority=priority,
-            attempts=0,
-            max_attempts=max_attempts,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    return queries.get_command(conn, command_id)
+    values: dict[str, Any] = {
+        "id": new_id(),
+        "session_id": session_id,
+        "seq": row[0],
+        "kind": kind.value,
+        "payload": _dumps(payload),
+        "idempotency_key": idempotency_key,
+        "request_hash": request_hash(kind.value, payload),
+        "state": CommandState.QUEUED.value,
+        "priority": priority,
+        "attempts": 0,
+        "max_attempts": max_attempts,
+        "result": None,
+        "error": None,
+        "created_at": now,
+        "started_at": None,
+        "finished_at": None,
+        "updated_at": now,
+    }
+    record = tuple(values[name] for name in hot.COMMAND_COLUMNS)
+    raw.execute(hot.INSERT_COMMAND, record)
+    return hot.command_from_tuple(record)
 
 
 def find_by_key(ctx: WriteContext, session_id: str, key: str | None) -> str | None:
     """The id of the session's command with this idempotency key, if any."""
     if key is None:
         return None
-    found: str | None = ctx.conn.execute(
-        select(commands.c.id).where(
-            commands.c.session_id == session_id, commands.c.idempotency_key == key
-        )
-    ).scalar_one_or_none()
-    return found
+    row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, key)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def enqueue(
@@ -280,21 +279,16 @@ def enqueue(
     priority: int = 0,
 ) -> EnqueueResult:
     """Queue a command at the session's next seq. A known key with the same kind and payload
-    returns the original command (with its outcome once final); with another, a conflict."""
-    conn = ctx.conn
+    returns the original command (with its outcome once final); with another, a conflict.
+    A closed session refuses new commands (``SessionClosed``)."""
     if idempotency_key is not None:
-        row = conn.execute(
-            select(commands.c.id, commands.c.request_hash).where(
-                commands.c.session_id == session_id, commands.c.idempotency_key == idempotency_key
-            )
-        ).first()
+        row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, idempotency_key)).fetchone()
         if row is not None:
-            if row.request_hash != request_hash(kind.value, payload):
-                raise IdempotencyConflict(idempotency_key, f"session {session_id}", row.id)
-            return EnqueueResult(queries.get_command(conn, row.id), created=False)
-    session = queries.get_session(conn, session_id)
-    if session.state is SessionState.CLOSED:
-        raise SessionClosed(session_id)
+            if row[1] != request_hash(kind.value, payload):
+                raise IdempotencyConflict(idempotency_key, f"session {session_id}", row[0])
+            existing = hot.fetch_command(ctx.raw, row[0])
+            assert existing is not None
+            return EnqueueResult(hot.command_from_tuple(existing), created=False)
     command = _insert_command(
         ctx, session_id, kind, payload, idempotency_key, max_attempts, priority
     )
@@ -302,38 +296,42 @@ def enqueue(
     return EnqueueResult(command, created=True)
 
 
+_TRANSITION_SQL: dict[tuple[tuple[str, ...], int], str] = {}
+
+
 def _transition_command(
     ctx: WriteContext, command_id: str, event: CommandEvent, **values: Any
 ) -> CommandRecord:
-    conn = ctx.conn
-    current = queries.get_command(conn, command_id)
-    target = COMMAND_MACHINE.next_state(current.state, event, subject=command_id)
-    allowed = [s.value for s in COMMAND_MACHINE.sources(event)]
-    result = conn.execute(
-        update(commands)
-        .where(commands.c.id == command_id, commands.c.state.in_(allowed))
-        .values(state=target.value, updated_at=time.time(), **values)
-    )
-    if result.rowcount != 1:  # pragma: no cover - the read above holds the write lock
-        COMMAND_MACHINE.next_state(queries.get_command(conn, command_id).state, event)
+    """One guarded ``UPDATE ... RETURNING``; a refused guard reads the row to say why."""
+    (target,) = COMMAND_MACHINE.targets(event)  # every command event has one target state
+    allowed = sorted(s.value for s in COMMAND_MACHINE.sources(event))
+    key = (tuple(values), len(allowed))
+    sql = _TRANSITION_SQL.get(key)
+    if sql is None:
+        sql = _TRANSITION_SQL[key] = hot.transition_sql(key[0], key[1])
+    params = (target.value, time.time(), *values.values(), command_id, *allowed)
+    row = ctx.raw.execute(sql, params).fetchone()
+    if row is None:
+        current = hot.fetch_command(ctx.raw, command_id)
+        if current is None:
+            raise CommandNotFound(command_id)
+        state = CommandState(current[hot.COMMAND_COLUMNS.index("state")])
+        COMMAND_MACHINE.next_state(state, event, subject=command_id)  # raises
     if target in COMMAND_MACHINE.final:
         ctx.finished_commands.add(command_id)
-    return queries.get_command(conn, command_id)
+    return hot.command_from_tuple(row)
 
 
 def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
-    """Move the session's lowest queued command to ``running``; each claim is an attempt."""
-    queued = queries.next_queued(ctx.conn, session_id)
-    if queued is None:
-        queries.get_session(ctx.conn, session_id)  # unknown ids are an error, not "no work"
+    """Move the session's next queued command (highest priority, then lowest seq) to
+    ``running``; each claim counts as an attempt."""
+    now = time.time()
+    row = ctx.raw.execute(hot.CLAIM_NEXT, (now, now, session_id)).fetchone()
+    if row is None:
+        if ctx.raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+            raise SessionNotFound(session_id)  # unknown ids are an error, not "no work"
         return None
-    return _transition_command(
-        ctx,
-        queued.id,
-        CommandEvent.CLAIM,
-        attempts=commands.c.attempts + 1,
-        started_at=time.time(),
-    )
+    return hot.command_from_tuple(row)
 
 
 def complete(ctx: WriteContext, command_id: str, result: dict[str, Any]) -> CommandRecord:
@@ -412,37 +410,31 @@ def close(ctx: WriteContext, session_id: str, reason: str = "closed") -> Session
 
 
 def _append(
-    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[NewEvent],
+    refuse_closed: bool = False,
 ) -> list[EventRecord]:
     if not new:
         return []
-    conn = ctx.conn
     texts = [e.payload_text() for e in new]
-    last = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values(last_event_seq=sessions.c.last_event_seq + len(new))
-        .returning(sessions.c.last_event_seq)
-    ).scalar_one_or_none()
-    if last is None:
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
+    if row is None:
         raise SessionNotFound(session_id)
+    last, state = row
+    if refuse_closed and state == SessionState.CLOSED.value:
+        raise SessionClosed(session_id)  # the savepoint undoes the seq bump
     first = last - len(new) + 1
     now = time.time()
-    conn.execute(
-        insert(events),
-        [
-            {
-                "session_id": session_id,
-                "seq": first + i,
-                "command_id": command_id,
-                "kind": e.kind,
-                "payload": text,
-                "created_at": now,
-            }
-            for i, (e, text) in enumerate(zip(new, texts, strict=True))
-        ],
-    )
-    appended = queries.events_after(conn, session_id, first - 1)
+    appended: list[EventRecord] = []
+    for i, (event, text) in enumerate(zip(new, texts, strict=True)):
+        params = (session_id, first + i, command_id, event.kind, text, now)
+        (event_id,) = raw.execute(hot.INSERT_EVENT, params).fetchone()
+        appended.append(
+            hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
+        )
     ctx.event_sessions.add(session_id)
     return appended
 
@@ -450,36 +442,32 @@ def _append(
 def append_events(
     ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
 ) -> list[EventRecord]:
-    """Append at the next per-session seqs (strictly increasing, no gaps)."""
-    session = queries.get_session(ctx.conn, session_id)
-    if session.state is SessionState.CLOSED:
-        raise SessionClosed(session_id)
-    return _append(ctx, session_id, command_id, new)
+    """Append at the next per-session seqs (strictly increasing, no gaps). A closed
+    session's log is final (``SessionClosed``)."""
+    return _append(ctx, session_id, command_id, new, refuse_closed=True)
+
+
+_CHECKPOINT_POSITION = (
+    "SELECT cp.last_event_seq, s.last_event_seq FROM delivery_checkpoints cp "
+    "JOIN bindings b ON b.id = cp.binding_id JOIN sessions s ON s.id = b.session_id "
+    "WHERE cp.binding_id = ?"
+)
+_CHECKPOINT_MOVE = (
+    "UPDATE delivery_checkpoints SET last_event_seq = ?, updated_at = ? WHERE binding_id = ?"
+)
 
 
 def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
-    """Record that the binding's sink accepted every event up to ``seq``."""
-    conn = ctx.conn
-    row = conn.execute(
-        select(delivery_checkpoints.c.last_event_seq, sessions.c.last_event_seq.label("last"))
-        .select_from(
-            delivery_checkpoints.join(
-                bindings, bindings.c.id == delivery_checkpoints.c.binding_id
-            ).join(sessions, sessions.c.id == bindings.c.session_id)
-        )
-        .where(delivery_checkpoints.c.binding_id == binding_id)
-    ).first()
+    """Record that the binding's sink accepted every event up to ``seq``: never backwards,
+    never past the last committed event."""
+    row = ctx.raw.execute(_CHECKPOINT_POSITION, (binding_id,)).fetchone()
     if row is None:
         raise CheckpointError(binding_id, -1, seq, -1)
-    current, last = int(row.last_event_seq), int(row.last)
+    current, last = int(row[0]), int(row[1])
     if seq < current or seq > last:
         raise CheckpointError(binding_id, current, seq, last)
     if seq > current:
-        conn.execute(
-            update(delivery_checkpoints)
-            .where(delivery_checkpoints.c.binding_id == binding_id)
-            .values(last_event_seq=seq, updated_at=time.time())
-        )
+        ctx.raw.execute(_CHECKPOINT_MOVE, (seq, time.time(), binding_id))
     return seq
 
 
@@ -515,12 +503,12 @@ def release(ctx: WriteContext, session_id: str, me: str) -> None:
 
 def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
     """Refuse a write from an owner that lost the session (run first in its transaction)."""
-    current = conn.execute(
-        select(sessions.c.epoch).where(sessions.c.id == session_id)
-    ).scalar_one_or_none()
-    if current is None:
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    row = raw.execute("SELECT epoch FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
         raise SessionNotFound(session_id)
-    if current != epoch:
+    if row[0] != epoch:
         raise StaleEpoch(session_id, epoch)
 
 

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
             print(f"acked {cmd.id}", flush=True)
             time.sleep(60)
     elif action == "deliver":
-        with ControlPlane.open(db, delivery_batch=int(argv[2])) as cp:
+        with ControlPlane.open(db, delivery_batch=int(argv[2]), run_sessions=False) as cp:
             if not cp.wait_delivered(timeout=30):
                 return 3
             print("caught-up", flush=True)

@@ -62,7 +62,7 @@ def test_every_error_is_a_control_plane_error() -> None:
 
 
 def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db") as cp:
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         spawned = cp.spawn("python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s")
         sid = spawned.session.id
         assert spawned.session.agent.name == "example-agent"
@@ -85,7 +85,7 @@ def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
 
 
 def test_list_sessions_pages_with_a_cursor(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db") as cp:
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         ids = [cp.spawn(["agent"], tmp_path, idempotency_key=f"k{i}").session.id for i in range(7)]
         pages: list[str] = []
         after = None
@@ -100,7 +100,7 @@ def test_list_sessions_pages_with_a_cursor(tmp_path: Path) -> None:
 
 def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> None:
     sink = tmp_path / "sink.jsonl"
-    with ControlPlane.open(tmp_path / "cp.db") as cp:
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, "hi", jsonl_sink=sink).session.id
         cp.store.append_events(sid, None, [NewEvent("tick", {})])
         assert cp.wait_delivered(10)
@@ -111,7 +111,7 @@ def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> N
 def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None:
     got: list[int] = []
     done = threading.Event()
-    with ControlPlane.open(tmp_path / "cp.db") as cp:
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, callback_sink="host").session.id
         cp.store.append_events(sid, None, [NewEvent("tick", {})])
 
@@ -126,7 +126,7 @@ def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None
 
 
 def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db") as cp:
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["my-agent"], tmp_path, "list files").session.id
         cmd = cp.store.claim_next(sid)
         assert cmd is not None
@@ -159,7 +159,7 @@ def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
 
 
 def test_context_manager_closes_the_store(tmp_path: Path) -> None:
-    cp = ControlPlane.open(tmp_path / "cp.db")
+    cp = ControlPlane.open(tmp_path / "cp.db", run_sessions=False)
     with cp:
         pass
     with pytest.raises(control_plane.StoreError):
