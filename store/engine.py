@@ -77,7 +77,10 @@ def _make_engine(url: str, settings: EngineSettings, write: bool) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql(begin_sql)
+        # The group-commit writer opens its transaction on the driver connection itself;
+        # SQLAlchemy's autobegin inside it must not try to open a second one.
+        if not conn.connection.driver_connection.in_transaction:
+            conn.exec_driver_sql(begin_sql)
 
     return engine
 

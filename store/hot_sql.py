@@ -11,7 +11,6 @@ from the Core tables in ``store/schema.py``, so the two cannot drift apart.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Any
 
@@ -56,24 +55,32 @@ def transition_sql(values: tuple[str, ...], allowed: int) -> str:
     return f"UPDATE commands SET {sets} WHERE id = ? AND state IN ({marks}) RETURNING {_CMD_COLS}"
 
 
-def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
-    def col(name: str) -> Any:
-        return row[_IDX[name]]
+_I_ID, _I_SESSION, _I_SEQ, _I_KIND, _I_PAYLOAD, _I_KEY = (
+    _IDX[n] for n in ("id", "session_id", "seq", "kind", "payload", "idempotency_key")
+)
+_I_STATE, _I_ATTEMPTS, _I_MAX, _I_RESULT, _I_ERROR = (
+    _IDX[n] for n in ("state", "attempts", "max_attempts", "result", "error")
+)
+_I_CREATED, _I_STARTED, _I_FINISHED = (
+    _IDX[n] for n in ("created_at", "started_at", "finished_at")
+)
 
-    started, finished, result = col("started_at"), col("finished_at"), col("result")
+
+def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
+    started, finished = row[_I_STARTED], row[_I_FINISHED]
     return CommandRecord(
-        id=col("id"),
-        session_id=col("session_id"),
-        seq=col("seq"),
-        kind=CommandKind(col("kind")),
-        payload=json.loads(col("payload")),
-        idempotency_key=col("idempotency_key"),
-        state=CommandState(col("state")),
-        attempts=col("attempts"),
-        max_attempts=col("max_attempts"),
-        result=None if result is None else json.loads(result),
-        error=col("error"),
-        created_at=utc(col("created_at")),
+        id=row[_I_ID],
+        session_id=row[_I_SESSION],
+        seq=row[_I_SEQ],
+        kind=CommandKind(row[_I_KIND]),
+        payload_json=row[_I_PAYLOAD],
+        idempotency_key=row[_I_KEY],
+        state=CommandState(row[_I_STATE]),
+        attempts=row[_I_ATTEMPTS],
+        max_attempts=row[_I_MAX],
+        result_json=row[_I_RESULT],
+        error=row[_I_ERROR],
+        created_at=utc(row[_I_CREATED]),
         started_at=None if started is None else utc(started),
         finished_at=None if finished is None else utc(finished),
     )

@@ -101,16 +101,28 @@ class CommandRecord:
     session_id: str
     seq: int
     kind: CommandKind
-    payload: dict[str, Any]
+    payload_json: str  # parsed on first use: the hot path hands many records back unread
     idempotency_key: str | None
     state: CommandState
     attempts: int
     max_attempts: int
-    result: dict[str, Any] | None
+    result_json: str | None
     error: str | None
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value: dict[str, Any] = json.loads(self.payload_json)
+        return value
+
+    @cached_property
+    def result(self) -> dict[str, Any] | None:
+        if self.result_json is None:
+            return None
+        value: dict[str, Any] = json.loads(self.result_json)
+        return value
 
     @property
     def is_final(self) -> bool:

@@ -8,6 +8,7 @@ constraint violation or a corrupt page silently would hide a real fault.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -26,14 +27,22 @@ T = TypeVar("T")
 
 
 def is_locked_error(exc: BaseException) -> bool:
+    """A lock held elsewhere, from SQLAlchemy or straight from the driver."""
     if isinstance(exc, OperationalError):
-        text = str(exc.orig if exc.orig is not None else exc).lower()
+        exc = exc.orig if exc.orig is not None else exc
+    if isinstance(exc, sqlite3.OperationalError | OperationalError):
+        text = str(exc).lower()
         return "database is locked" in text or "database is busy" in text
     return False
 
 
 def retry_on_lock(fn: Callable[[], T], deadline_s: float, path: str) -> T:
     """Run ``fn``; on a lock error, back off (jittered, capped at 0.5 s) and run it again."""
+    try:
+        return fn()  # the common case pays nothing for the retry machinery
+    except (OperationalError, sqlite3.OperationalError) as exc:
+        if not is_locked_error(exc):
+            raise
     retrying = Retrying(
         retry=retry_if_exception(is_locked_error),
         wait=wait_random_exponential(multiplier=0.005, max=0.5),
