@@ -120,6 +120,9 @@ class SessionActor(pykka.ThreadingActor):
         return None
 
     def _dispatch(self, message: Any) -> Any:
+        if isinstance(message, Tick):
+            self._tick(message.now)  # a tick is not activity: it must not delay passivation
+            return None
         self.last_active = time.monotonic()
         if isinstance(message, Wake | SlotGranted):
             self._work()
@@ -131,8 +134,6 @@ class SessionActor(pykka.ThreadingActor):
             return self._close(message.reason)
         elif isinstance(message, AgentGone):
             self._agent_gone(message.exit_code)
-        elif isinstance(message, Tick):
-            self._tick(message.now)
         return None
 
     # -- work ----------------------------------------------------------------------------

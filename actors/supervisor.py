@@ -129,8 +129,11 @@ class Supervisor:
     def _discover(self) -> None:
         """Queue every session with work that no live process owns."""
         for session_id in self.store.read(lambda c: _sessions_with_work(c, self.me)):
-            if self._live(session_id) is None:
+            ref = self._live(session_id)
+            if ref is None:
                 self.slots.request(session_id)
+            else:
+                ref.tell(Wake())  # e.g. a command another process queued for our session
 
     def _sweep(self) -> None:
         interval = self.settings.sweep_interval_s

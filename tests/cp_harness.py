@@ -1,0 +1,50 @@
+"""A ControlPlane on a real store running the bundled example agent as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from actors.settings import RuntimeSettings
+from control_plane import ControlPlane
+from protocol.permissions import Decision, PermissionPolicy
+from store import AgentSpec
+
+FAST = RuntimeSettings(
+    permission_policy=PermissionPolicy(Decision.ALLOW),
+    turn_timeout_s=60,
+    cancel_grace_s=2,
+    sweep_interval_s=0.2,
+    agent_shutdown_timeout_s=1.0,
+)
+
+
+def example_agent(tmp: Path, *flags: str) -> AgentSpec:
+    return AgentSpec(
+        "example-agent",
+        (
+            sys.executable,
+            "-m",
+            "protocol.example_agent",
+            "--state-file",
+            str(tmp / "agent-state.json"),
+            "--invocations-file",
+            str(tmp / "invocations.jsonl"),
+            *flags,
+        ),
+    )
+
+
+def open_cp(tmp: Path, **overrides: Any) -> ControlPlane:
+    settings = replace(FAST, log_dir=str(tmp / "logs"), **overrides)
+    return ControlPlane.open(tmp / "cp.db", settings=settings)
+
+
+def invocations(tmp: Path) -> list[dict[str, Any]]:
+    path = tmp / "invocations.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

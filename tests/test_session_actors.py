@@ -1,0 +1,208 @@
+"""Session actors and the supervisor, with the example agent as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from control_plane import CommandState, SessionState
+from state_machines import StaleEpoch
+from store import operations as ops
+from tests.cp_harness import example_agent, invocations, open_cp
+
+
+def _messages(tmp: Path) -> list[str]:
+    return [i["message"] for i in invocations(tmp)]
+
+
+def _wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        sid = cp.spawn(example_agent(tmp_path), tmp_path).session.id
+        ids: list[str] = []
+        lock = threading.Lock()
+
+        def submit(n: int) -> None:
+            for i in range(3):
+                cmd = cp.prompt(sid, f"#chunks=3 #delay=5 m{n}-{i}")
+                with lock:
+                    ids.append(cmd.id)
+
+        threads = [threading.Thread(target=submit, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        outcomes = [cp.wait(i, 60) for i in ids]
+        assert all(o.state is CommandState.COMPLETED for o in outcomes)
+        by_seq = sorted(cp.commands(sid), key=lambda c: c.seq)
+        expected = [c.payload["content"][0]["text"] for c in by_seq]
+        assert _messages(tmp_path) == expected
+        kinds = [e.kind for e in cp.events(sid) if e.kind in ("prompt", "turn_ended")]
+        assert kinds == ["prompt", "turn_ended"] * 18  # never two turns at once
+
+
+def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(
+            example_agent(tmp_path), tmp_path, "#chunks=10 #delay=100 first", queue_mode="collect"
+        )
+        sid = spawned.session.id
+        assert spawned.command is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        later = [cp.prompt(sid, f"part{i}") for i in range(3)]
+        outcomes = [cp.wait(c.id, 60) for c in later]
+        assert cp.wait(spawned.command.id, 60).ok
+        assert len(invocations(tmp_path)) == 2  # the three follow-ups ran as one turn
+        assert {o.text for o in outcomes} == {outcomes[0].text}
+        assert all(f"part{i}" in _messages(tmp_path)[1] for i in range(3))
+
+
+def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        later = cp.prompt(sid, "later")
+        steered = cp.prompt(sid, "steered", mode="steer")
+        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(steered.id, 30).ok
+        assert cp.wait(later.id, 30).ok
+        assert _messages(tmp_path) == ["#hang", "steered", "later"]
+
+
+def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        queued = cp.prompt(sid, "queued")
+        now = cp.prompt(sid, "now", mode="interrupt")
+        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(queued.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(now.id, 30).ok
+        assert _messages(tmp_path) == ["#hang", "now"]
+
+
+def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        cp.cancel(sid)
+        outcome = cp.wait(spawned.command.id, 30)
+        assert outcome.state is CommandState.CANCELLED and outcome.stop_reason == "cancelled"
+        _wait_for(lambda: cp.get(sid).state is SessionState.IDLE)
+        assert cp.wait(cp.prompt(sid, "still works").id, 30).ok
+
+
+def test_turn_timeout_kills_the_agent_then_the_next_prompt_recovers(tmp_path: Path) -> None:
+    with open_cp(tmp_path, turn_timeout_s=1.0, cancel_grace_s=0.5) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "remember the kiwi")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        assert cp.wait(spawned.command.id, 30).ok
+        hung = cp.prompt(sid, "#hang-hard")
+        outcome = cp.wait(hung.id, 30)
+        assert outcome.state is CommandState.FAILED
+        assert outcome.error is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.ERROR)
+        nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
+        assert nxt.ok and "remember the kiwi" in nxt.text
+        assert cp.get(sid).state is SessionState.IDLE
+        hows = [e.payload["how"] for e in cp.events(sid) if e.kind == "agent_started"]
+        assert hows[0] == "new" and hows[-1] in ("resumed", "loaded")
+
+
+def test_same_prompt_key_runs_once_also_across_a_restart(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        sid = cp.spawn(example_agent(tmp_path), tmp_path, idempotency_key="s").session.id
+        first = cp.prompt(sid, "only once", idempotency_key="p1")
+        again = cp.prompt(sid, "only once", idempotency_key="p1")
+        assert again.id == first.id
+        assert cp.wait(first.id, 30).ok
+    with open_cp(tmp_path) as cp:
+        sid2 = cp.spawn(example_agent(tmp_path), tmp_path, idempotency_key="s").session.id
+        assert sid2 == sid
+        replay = cp.prompt(sid, "only once", idempotency_key="p1")
+        assert replay.id == first.id and replay.state is CommandState.COMPLETED
+        time.sleep(0.5)
+    assert _messages(tmp_path) == ["only once"]
+
+
+def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_path: Path) -> None:
+    with open_cp(tmp_path, passivate_after_s=0.3) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "remember the plum")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        assert cp.wait(spawned.command.id, 30).ok
+        pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
+        _wait_for(lambda: sid not in cp.supervisor.live_sessions())
+        _wait_for(lambda: not _pid_alive(pid))
+        _wait_for(lambda: cp.get(sid).owner is None)  # ownership released while passive
+        nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
+        assert nxt.ok and "remember the plum" in nxt.text
+        assert cp.supervisor.activations == 2
+
+
+def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
+    with open_cp(tmp_path, max_running_turns=2) as cp:
+        idle = [cp.spawn(example_agent(tmp_path), tmp_path, f"idle {i}") for i in range(2)]
+        for s in idle:
+            assert s.command is not None
+            assert cp.wait(s.command.id, 30).ok
+        # two idle sessions with live agents exist; they must not block new work
+        busy = [cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=5 #delay=150 go") for _ in range(4)]
+        peak = 0
+        ids = [b.command.id for b in busy if b.command is not None]
+        while not all(cp.result(i) for i in ids):
+            running = len(cp.list_sessions(state=SessionState.RUNNING))
+            peak = max(peak, running)
+            time.sleep(0.02)
+        assert all(cp.result(i).ok for i in ids)  # type: ignore[union-attr]
+        assert peak == 2
+        assert cp.supervisor.slots.peak <= 2
+
+
+def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        sid = cp.spawn(example_agent(tmp_path), tmp_path).session.id
+        cp.close()
+    from store import Store
+
+    with Store.open(tmp_path / "cp.db") as store:
+        host = socket.gethostname()
+        # pids that cannot exist on this host: owners that died
+        first = store.write(lambda ctx: ops.acquire(ctx, sid, f"{host}:99999991:1"))
+        second = store.write(lambda ctx: ops.acquire(ctx, sid, f"{host}:99999992:1"))
+        assert second == first + 1
+        with pytest.raises(StaleEpoch):
+            store.write(lambda ctx: ops.check_epoch(ctx.conn, sid, first))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
