@@ -80,6 +80,7 @@ class SessionActor(pykka.ThreadingActor):
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
         self.last_active = time.monotonic()
         self.closing = False
+        self.turn_timeout: float | None = deps.settings.turn_timeout_s
 
     # -- lifecycle (actor thread) --------------------------------------------------------
 
@@ -239,9 +240,15 @@ class SessionActor(pykka.ThreadingActor):
             exc = future.exception()
             ref.tell(TurnDone(ids, None if exc else future.result(), exc))
 
+        self.turn_timeout = self._turn_timeout()
         self.deps.loop.when_done(
-            self.conn.prompt(blocks, settings.turn_timeout_s, settings.cancel_grace_s), done
+            self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s), done
         )
+
+    def _turn_timeout(self) -> float | None:
+        """A session's own ``turnTimeoutS`` (metadata, e.g. a batch task's timeout) wins."""
+        own = self.store.get_session(self.session_id).metadata.get("turnTimeoutS")
+        return float(own) if own is not None else self.deps.settings.turn_timeout_s
 
     def _turn_done(self, message: TurnDone) -> None:
         if self.turn != message.command_ids:
@@ -271,8 +278,8 @@ class SessionActor(pykka.ThreadingActor):
         final, error = CommandState.COMPLETED, None
         if result.timed_out:
             outcome["timedOut"] = True
-            timeout = self.deps.settings.turn_timeout_s
-            final, error = CommandState.FAILED, f"timeout: the turn ran longer than {timeout}s"
+            final = CommandState.FAILED
+            error = f"timeout: the turn ran longer than {self.turn_timeout}s"
         elif result.stop_reason == "cancelled":
             final, error = CommandState.CANCELLED, "cancelled"
         self.store.write(

@@ -38,9 +38,9 @@ from store import (
     Store,
     StoreOptions,
     WriteContext,
+    queries,
 )
 from store import operations as ops
-from store import queries
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 

@@ -35,6 +35,7 @@ from acp.schema import (
 )
 from acp.transports import spawn_stdio_transport
 
+from protocol import sdk_logging
 from protocol.client import ControlPlaneClient
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
@@ -97,6 +98,7 @@ class AgentConnection:
         permissions: PermissionBroker,
         on_exit: Callable[[int | None], None] | None = None,
     ) -> None:
+        sdk_logging.install()  # unknown update kinds are recorded raw, not errors
         self.launch = launch
         self._recorder = recorder
         self.permissions = permissions

@@ -18,6 +18,11 @@ def get_session(conn: Connection, session_id: str) -> SessionRecord:
     return session_from_row(row)
 
 
+def session_by_key(conn: Connection, spawn_key: str) -> SessionRecord | None:
+    row = conn.execute(select(sessions).where(sessions.c.spawn_key == spawn_key)).first()
+    return None if row is None else session_from_row(row)
+
+
 def get_command(conn: Connection, command_id: str) -> CommandRecord:
     row = conn.execute(select(commands).where(commands.c.id == command_id)).first()
     if row is None:

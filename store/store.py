@@ -258,6 +258,9 @@ class Store:
     def get_session(self, session_id: str) -> SessionRecord:
         return self.read(lambda c: queries.get_session(c, session_id))
 
+    def session_by_key(self, spawn_key: str) -> SessionRecord | None:
+        return self.read(lambda c: queries.session_by_key(c, spawn_key))
+
     def get_command(self, command_id: str) -> CommandRecord:
         return self.read(lambda c: queries.get_command(c, command_id))
 

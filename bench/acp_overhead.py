@@ -1,0 +1,393 @@
+"""Per-turn overhead of the ACP runtime against the SDK's plain client.
+
+What is measured
+----------------
+One prompt turn ``#chunks=100`` of the bundled example agent: a thought chunk plus 100
+``agent_message_chunk`` updates, then the ``end_turn`` response.
+
+*Runtime*: ``AgentConnection`` on a ``ProtocolLoop`` with a ``StoreRecorder`` that writes
+every ``session/update`` frame to a real SQLite store (``synchronous=FULL``), wired as in
+``tests/agent_harness.py``. ``AgentConnection.prompt`` returns only once the turn's updates
+are durable, so a timed turn includes the store writes.
+
+*Baseline*: the SDK's plain client: ``acp.spawn_agent_process`` with a client whose
+``session_update`` does nothing, talking to the same example agent directly.
+
+*Runtime, null recorder* (diagnostic): the runtime's ``AgentConnection`` (raw tap included)
+with a recorder that drops everything, to split the overhead into "connection" and "store".
+
+Each side has its own agent process (and its own agent state file), started, initialized and
+given a session before the clock starts; ``--warmup`` turns per side are not timed. The
+sides are then interleaved turn by turn (the order rotates every round) so that they see the
+same noise of a shared machine. A turn is timed from the calling thread around
+``ProtocolLoop.call`` for every side (one thread hop each). The report gives medians (ms per
+turn), min/max, the *ratio of medians* (runtime / plain client) and the median of the
+per-round paired ratios. The issue's target: at most 1.15x.
+
+Run from the repository root::
+
+    python bench/acp_overhead.py              # 30 turns per side, ~15 s
+    python bench/acp_overhead.py --turns 60 --chunks 100
+    python bench/acp_overhead.py --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
+from acp.client.connection import ClientSideConnection  # noqa: E402
+
+from actors.recorder import StoreRecorder  # noqa: E402
+from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from protocol.connection import AgentConnection, AgentLaunch  # noqa: E402
+from protocol.loop import ProtocolLoop  # noqa: E402
+from protocol.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
+from protocol.spawn import agent_environment  # noqa: E402
+from store import AgentSpec, Store, StoreOptions, Synchronous  # noqa: E402
+
+T = TypeVar("T")
+
+EXAMPLE = (sys.executable, "-m", "protocol.example_agent")
+DEFAULT_TURNS = 30
+DEFAULT_WARMUP = 3
+DEFAULT_CHUNKS = 100
+TARGET_RATIO = 1.15
+CALL_TIMEOUT_S = 60.0
+
+RUNTIME = "runtime"
+PLAIN = "plain"
+NULL = "runtime-null"
+LABELS = {
+    RUNTIME: "runtime + SQLite store",
+    NULL: "runtime, null recorder",
+    PLAIN: "SDK plain client",
+}
+
+
+class PlainClient:
+    """The trivial client: every ``session/update`` is dropped (nothing else is needed for a
+    ``#chunks=N`` turn)."""
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        return None
+
+
+class NullRecorder:
+    """A ``Recorder`` that keeps nothing: the runtime's connection without the store."""
+
+    def update(self, frame: str) -> None:
+        return None
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        return None
+
+    def flush(self) -> Awaitable[None]:
+        return asyncio.sleep(0)
+
+
+@dataclass
+class Side:
+    """One way of running a turn; ``turn`` returns a fresh coroutine for each turn."""
+
+    name: str
+    turn: Callable[[], Coroutine[Any, Any, Any]]
+    close: Callable[[], Coroutine[Any, Any, None]]
+    times_ms: list[float] = field(default_factory=list)
+
+
+def _agent_env(workdir: str, tag: str) -> dict[str, str]:
+    return agent_environment({"EXAMPLE_AGENT_STATE": os.path.join(workdir, f"state-{tag}.json")})
+
+
+def _runtime_side(
+    name: str,
+    loop: ProtocolLoop,
+    workdir: str,
+    recorder: StoreRecorder | NullRecorder,
+    blocks: list[dict[str, Any]],
+) -> Side:
+    launch = AgentLaunch(
+        command=EXAMPLE,
+        cwd=workdir,
+        env=_agent_env(workdir, name),
+        stderr_path=os.path.join(workdir, f"{name}.stderr.log"),
+        shutdown_timeout_s=1.0,
+    )
+    conn = AgentConnection(launch, recorder, PermissionBroker(PermissionPolicy(Decision.ALLOW)))
+    loop.call(conn.start(), CALL_TIMEOUT_S)
+    loop.call(conn.new_session(), CALL_TIMEOUT_S)
+    return Side(name, lambda: conn.prompt(blocks, timeout_s=None), conn.stop)
+
+
+def _plain_side(loop: ProtocolLoop, workdir: str, text: str) -> Side:
+    stack = AsyncExitStack()
+    stderr = stack.enter_context(open(os.path.join(workdir, "plain.stderr.log"), "ab"))  # noqa: SIM115
+
+    async def start() -> tuple[ClientSideConnection, str]:
+        conn, _process = await stack.enter_async_context(
+            spawn_agent_process(
+                PlainClient(),  # type: ignore[arg-type]  # duck-typed, like the runtime's
+                EXAMPLE[0],
+                *EXAMPLE[1:],
+                env=_agent_env(workdir, PLAIN),
+                cwd=workdir,
+                transport_kwargs={
+                    "stderr": stderr.fileno(),
+                    "limit": 1024 * 1024,
+                    "shutdown_timeout": 1.0,
+                },
+                use_unstable_protocol=True,
+            )
+        )
+        await conn.initialize(protocol_version=PROTOCOL_VERSION)
+        session = await conn.new_session(cwd=workdir, mcp_servers=[])
+        return conn, session.session_id
+
+    conn, session_id = loop.call(start(), CALL_TIMEOUT_S)
+    prompt = [text_block(text)]
+
+    async def turn() -> Any:
+        return await conn.prompt(session_id=session_id, prompt=prompt)  # type: ignore[arg-type]
+
+    return Side(PLAIN, turn, stack.aclose)
+
+
+def _run(loop: ProtocolLoop, coro: Coroutine[Any, Any, T]) -> T:
+    return loop.call(coro, CALL_TIMEOUT_S)
+
+
+def _check(name: str, result: Any) -> None:
+    stop = getattr(result, "stop_reason", None)
+    if str(stop) != "end_turn":
+        raise RuntimeError(f"{name}: turn ended with {stop!r}")
+
+
+def measure(
+    workdir: str,
+    turns: int,
+    warmup: int,
+    chunks: int,
+    with_null: bool,
+    synchronous: Synchronous = Synchronous.FULL,
+) -> dict[str, Any]:
+    text = f"#chunks={chunks}"
+    blocks = [{"type": "text", "text": text}]
+    store = Store.open(os.path.join(workdir, "cp.db"), StoreOptions(synchronous=synchronous))
+    loop = ProtocolLoop()
+    sides: list[Side] = []
+    recorder: StoreRecorder | None = None
+    try:
+        spec = AgentSpec("example-agent", EXAMPLE)
+        session_id = store.spawn(spec, workdir, None, None, None).session.id
+        recorder = StoreRecorder(store, session_id)
+        progress("starting agents (one process per side, ~1.5 s each)")
+        sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks))
+        sides.append(_plain_side(loop, workdir, text))
+        if with_null:
+            sides.append(_runtime_side(NULL, loop, workdir, NullRecorder(), blocks))
+        for side in sides:
+            for _ in range(warmup):
+                _check(side.name, _run(loop, side.turn()))
+        events_before = len(store.events(session_id))
+        tx_before, writes_before = store.commit_stats
+        for r in range(turns):
+            shift = r % len(sides)
+            for side in sides[shift:] + sides[:shift]:
+                coro = side.turn()
+                start = now()
+                result = _run(loop, coro)
+                side.times_ms.append((now() - start) * 1000.0)
+                _check(side.name, result)
+            if (r + 1) % 10 == 0 or r + 1 == turns:
+                progress(
+                    f"round {r + 1}/{turns}: "
+                    + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
+                )
+        recorded = len(store.events(session_id)) - events_before
+        tx_after, writes_after = store.commit_stats
+    finally:
+        for side in sides:
+            try:
+                _run(loop, side.close())
+            except Exception as exc:  # best effort: the temp dir goes anyway
+                progress(f"closing {side.name}: {exc!r}")
+        loop.stop()
+        store.close()
+    return {
+        "sides": {s.name: s.times_ms for s in sides},
+        "recorded_updates": recorded,
+        "store_transactions": tx_after - tx_before,
+        "store_writes": writes_after - writes_before,
+    }
+
+
+def summarise(raw: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    times: dict[str, list[float]] = raw["sides"]
+    plain = times[PLAIN]
+    plain_median = median(plain)
+    report: dict[str, Any] = {
+        "config": config,
+        "machine": machine_info(),
+        "recorded_updates": raw["recorded_updates"],
+        "store_transactions_per_turn": raw["store_transactions"] / config["turns"],
+        "store_writes_per_turn": raw["store_writes"] / config["turns"],
+        "sides": {},
+    }
+    for name, values in times.items():
+        paired = [a / b for a, b in zip(values, plain, strict=True)]
+        report["sides"][name] = {
+            "label": LABELS[name],
+            "median_ms": median(values),
+            "min_max_ms": spread(values),
+            "ratio_of_medians": median(values) / plain_median,
+            "median_paired_ratio": median(paired),
+            "times_ms": values,
+        }
+    ratio = report["sides"][RUNTIME]["ratio_of_medians"]
+    report["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
+    report["peak_rss_mb"] = peak_rss_mb()
+    return report
+
+
+def print_report(report: dict[str, Any]) -> None:
+    cfg, mach = report["config"], report["machine"]
+    print(
+        f"ACP overhead: one '#chunks={cfg['chunks']}' turn of the example agent "
+        f"({cfg['chunks'] + 1} session/update frames)\n"
+        f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved; "
+        f"store synchronous={cfg['synchronous']}\n"
+        f"Python {mach['python']}, SQLite {mach['sqlite']}, {mach['cpus']} CPUs, "
+        f"{mach['platform']}"
+    )
+    print()
+    header = f"{'':<26}{'median ms':>11}{'min':>9}{'max':>9}{'vs plain':>10}{'paired':>9}"
+    print(header)
+    print("-" * len(header))
+    for entry in report["sides"].values():
+        lo, hi = entry["min_max_ms"]
+        print(
+            f"{entry['label']:<26}{entry['median_ms']:>11.2f}{lo:>9.2f}{hi:>9.2f}"
+            f"{entry['ratio_of_medians']:>9.3f}x{entry['median_paired_ratio']:>8.3f}x"
+        )
+    print()
+    print(
+        "vs plain = ratio of medians (ms per turn / plain client's); paired = median of the "
+        "per-round ratios"
+    )
+    print(
+        f"session/update frames recorded durably in the timed turns: "
+        f"{report['recorded_updates']} ({report['store_writes_per_turn']:.1f} recorder writes "
+        f"in {report['store_transactions_per_turn']:.1f} store transactions per turn)"
+    )
+    target = report["target"]
+    verdict = "MET" if target["met"] else "NOT MET"
+    print(
+        f"target: runtime <= {target['max_ratio']:.2f}x the plain client: "
+        f"{verdict} ({target['ratio']:.3f}x)"
+    )
+    print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="ms per '#chunks=N' turn: the runtime (AgentConnection + StoreRecorder on "
+        "SQLite) against the SDK's plain client, interleaved turn by turn."
+    )
+    parser.add_argument(
+        "--turns",
+        type=_positive_int,
+        default=DEFAULT_TURNS,
+        help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        default=DEFAULT_WARMUP,
+        help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--chunks",
+        type=_non_negative_int,
+        default=DEFAULT_CHUNKS,
+        help=f"message chunks per turn (default {DEFAULT_CHUNKS})",
+    )
+    parser.add_argument(
+        "--no-null",
+        action="store_true",
+        help="skip the diagnostic third side (runtime connection with a null recorder)",
+    )
+    parser.add_argument(
+        "--synchronous",
+        type=lambda text: Synchronous(text.upper()),
+        default=Synchronous.FULL,
+        choices=list(Synchronous),
+        help="the store's synchronous setting (default FULL, the product default; NORMAL "
+        "shows how much of the overhead is fsync)",
+    )
+    parser.add_argument(
+        "--dir", default=None, help="where to create the temporary directory (default /tmp)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.dir is not None and not os.path.isdir(args.dir):
+        print(f"--dir {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    workdir = tempfile.mkdtemp(prefix="acp-overhead-bench-", dir=args.dir)
+    try:
+        raw = measure(
+            workdir, args.turns, args.warmup, args.chunks, not args.no_null, args.synchronous
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    config = {
+        "turns": args.turns,
+        "warmup": args.warmup,
+        "chunks": args.chunks,
+        "dir": workdir,
+        "null_side": not args.no_null,
+        "synchronous": args.synchronous.value,
+    }
+    report = summarise(raw, config)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``acpctl``: the command line of the control plane (typer + rich).
+
+Conventions: ``--help`` with examples everywhere, ``--json`` on read commands, colour and
+progress only on a TTY (``NO_COLOR`` honoured), exit 0 success / 1 work failed / 2 usage or
+input error, ``--db`` / ``ACPCTL_DB`` pick the store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from control_plane import cli_batch, cli_sessions
+from control_plane.cli_common import Context, errors_as_exit, out, print_json
+from control_plane.config import redacted
+
+app = typer.Typer(
+    name="acpctl",
+    help="Durable sessions for coding agents over the Agent Client Protocol.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+config_app = typer.Typer(help="Show the effective configuration.", no_args_is_help=True)
+app.add_typer(cli_sessions.app, name="sessions")
+app.add_typer(config_app, name="config")
+
+
+@app.callback()
+def _global(
+    typer_ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Store file (default: ACPCTL_DB or the user data dir)."),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="TOML config file (default: ACPCTL_CONFIG).")
+    ] = None,
+) -> None:
+    typer_ctx.obj = Context(config_path=config, db=db)
+
+
+app.command("batch")(cli_batch.batch_command)
+app.command("demo")(cli_batch.demo_command)
+app.command("events")(cli_sessions.events_command)
+app.command("status")(cli_sessions.status_command)
+
+
+@config_app.command("show")
+def config_show(
+    typer_ctx: typer.Context,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the effective configuration (file + environment + flags); secrets hidden."""
+    ctx: Context = typer_ctx.obj
+    with errors_as_exit():
+        effective = redacted(ctx.config())
+    if json_out:
+        print_json(effective)
+    else:
+        for key, value in effective.items():
+            out.print(f"{key} = {value!r}", highlight=False)
+
+
+@app.command("example-agent")
+def example_agent(
+    args: Annotated[
+        list[str] | None, typer.Argument(help="Flags for the agent (see --help of it).")
+    ] = None,
+) -> None:
+    """Run the bundled example agent on stdio (an ACP agent; no network, deterministic)."""
+    from protocol import example_agent as agent
+
+    agent.main(args or [])
+
+
+def main() -> None:
+    app()

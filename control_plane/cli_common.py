@@ -1,0 +1,103 @@
+"""Shared CLI plumbing: configuration, opening the store, output, errors and exit codes.
+
+Exit codes: 0 success, 1 the work failed (a batch with failed tasks), 2 usage or input
+errors. Errors go to stderr in one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from control_plane.api import ControlPlane
+from control_plane.config import Config, ConfigError, load_config
+from state_machines import (
+    CommandNotFound,
+    ControlPlaneError,
+    IdempotencyConflict,
+    SessionClosed,
+    SessionNotFound,
+    StoreError,
+)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+INPUT_ERRORS = (ConfigError, SessionNotFound, CommandNotFound, IdempotencyConflict, SessionClosed)
+
+out = Console()
+err = Console(stderr=True)
+
+
+@dataclass
+class Context:
+    config_path: str | None = None
+    db: str | None = None
+
+    def config(self) -> Config:
+        config = load_config(self.config_path)
+        if self.db is not None:
+            config = config.model_copy(update={"db": self.db})
+        return config
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def errors_as_exit() -> Iterator[None]:
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except INPUT_ERRORS as exc:
+        fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except ControlPlaneError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except KeyboardInterrupt:
+        err.print("interrupted; nothing is lost: run the same command again to resume")
+        raise typer.Exit(130) from None
+
+
+@contextmanager
+def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[ControlPlane]:
+    """A ControlPlane on the configured store; read commands open it without running
+    sessions, so looking never starts an agent."""
+    config = ctx.config()
+    db = config.db_path
+    if not run_sessions and not db.exists():
+        fail(f"no store at {db}; pass --db or set ACPCTL_DB")
+    db.parent.mkdir(parents=True, exist_ok=True)
+    cp = ControlPlane.open(
+        db,
+        config.store_options(),
+        config.runtime_settings(**settings),
+        run_sessions=run_sessions,
+    )
+    try:
+        yield cp
+    finally:
+        cp.close()
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def existing_file(path: Path) -> Path:
+    if not path.exists():
+        fail(f"{path} does not exist")
+    if not path.is_file():
+        fail(f"{path} is not a file")
+    return path

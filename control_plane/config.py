@@ -1,0 +1,205 @@
+"""Configuration: a TOML file and environment variables, validated with pydantic.
+
+Precedence (later wins): built-in defaults < the TOML file < ``ACPCTL_*`` environment
+variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CONFIG``, else
+``$XDG_CONFIG_HOME/acpctl/config.toml`` when it exists.
+
+    db = "~/.local/share/acpctl/acpctl.db"
+    synchronous = "FULL"              # or "NORMAL"
+    queue_mode = "followup"           # collect | steer | interrupt
+
+    [limits]
+    max_running_turns = 16
+    max_attempts = 3
+
+    [timeouts]
+    turn_s = 600
+    cancel_grace_s = 5
+    passivate_after_s = 300
+    agent_start_s = 60
+
+    [permissions]
+    default = "ask"                   # allow | deny | ask
+    by_kind = { read = "allow", execute = "deny" }
+
+    [agents.claude]
+    command = "npx @zed-industries/claude-code-acp"
+    env = { ANTHROPIC_API_KEY = "..." }
+    passthrough = ["ANTHROPIC_API_KEY"]   # or forward the host's variable instead
+    cwd = "~/src/project"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from actors.settings import RuntimeSettings
+from control_plane.agents import EXAMPLE_AGENT, agent_from_command
+from control_plane.queue_modes import QueueMode
+from protocol.permissions import Decision, PermissionPolicy
+from state_machines import ControlPlaneError
+from store import AgentSpec, StoreOptions, Synchronous
+
+
+class ConfigError(ControlPlaneError):
+    """The configuration file or an environment variable holds a bad value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Strict):
+    max_running_turns: int = Field(16, ge=1, le=4096)
+    max_attempts: int = Field(3, ge=1, le=100)
+
+
+class Timeouts(_Strict):
+    turn_s: float | None = Field(600.0, gt=0)
+    cancel_grace_s: float = Field(5.0, ge=0)
+    passivate_after_s: float = Field(300.0, gt=0)
+    agent_start_s: float = Field(60.0, gt=0)
+
+
+class Permissions(_Strict):
+    default: Decision = Decision.ASK
+    by_kind: dict[str, Decision] = Field(default_factory=dict)
+
+
+class AgentConfig(_Strict):
+    command: str | list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    passthrough: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise ValueError("must not be empty")
+        return value
+
+
+def default_db_path() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(base, "acpctl", "acpctl.db")
+
+
+class Config(_Strict):
+    db: str = Field(default_factory=default_db_path)
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+    queue_mode: QueueMode = QueueMode.FOLLOWUP
+    terminals: bool = False
+    limits: Limits = Field(default_factory=lambda: Limits())
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    permissions: Permissions = Field(default_factory=Permissions)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+
+    @property
+    def db_path(self) -> Path:
+        return Path(os.path.expanduser(self.db))
+
+    def store_options(self) -> StoreOptions:
+        return StoreOptions(
+            synchronous=Synchronous(self.synchronous), max_attempts=self.limits.max_attempts
+        )
+
+    def runtime_settings(self, **overrides: Any) -> RuntimeSettings:
+        passthrough = tuple(name for agent in self.agents.values() for name in agent.passthrough)
+        values: dict[str, Any] = {
+            "max_running_turns": self.limits.max_running_turns,
+            "turn_timeout_s": self.timeouts.turn_s,
+            "cancel_grace_s": self.timeouts.cancel_grace_s,
+            "passivate_after_s": self.timeouts.passivate_after_s,
+            "agent_start_timeout_s": self.timeouts.agent_start_s,
+            "permission_policy": PermissionPolicy(
+                self.permissions.default, dict(self.permissions.by_kind)
+            ),
+            "terminals_enabled": self.terminals,
+            "env_passthrough": passthrough,
+            "log_dir": str(self.db_path.parent / "agent-logs"),
+        }
+        values.update(overrides)
+        return RuntimeSettings(**values)
+
+    def agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None]:
+        """An agent by configured name, ``example`` for the bundled one, or a command line.
+        Returns the spec and the agent's configured cwd (if any)."""
+        if name_or_command is None or name_or_command in ("example", "example-agent"):
+            return EXAMPLE_AGENT, None
+        configured = self.agents.get(name_or_command)
+        if configured is None:
+            return agent_from_command(name_or_command), None
+        spec = agent_from_command(configured.command, name=name_or_command)
+        spec = AgentSpec(spec.name, spec.command, tuple(sorted(configured.env.items())))
+        cwd = None if configured.cwd is None else os.path.expanduser(configured.cwd)
+        return spec, cwd
+
+
+ENV_MAP: dict[str, tuple[str, ...]] = {
+    "ACPCTL_DB": ("db",),
+    "ACPCTL_SYNCHRONOUS": ("synchronous",),
+    "ACPCTL_QUEUE_MODE": ("queue_mode",),
+    "ACPCTL_MAX_RUNNING_TURNS": ("limits", "max_running_turns"),
+    "ACPCTL_MAX_ATTEMPTS": ("limits", "max_attempts"),
+    "ACPCTL_TURN_TIMEOUT": ("timeouts", "turn_s"),
+    "ACPCTL_CANCEL_GRACE": ("timeouts", "cancel_grace_s"),
+    "ACPCTL_PASSIVATE_AFTER": ("timeouts", "passivate_after_s"),
+    "ACPCTL_PERMISSION": ("permissions", "default"),
+}
+
+
+def _config_file(explicit: str | None) -> Path | None:
+    if explicit:
+        return Path(os.path.expanduser(explicit))
+    if env := os.environ.get("ACPCTL_CONFIG"):
+        return Path(os.path.expanduser(env))
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    candidate = Path(base) / "acpctl" / "config.toml"
+    return candidate if candidate.exists() else None
+
+
+def load_config(path: str | None = None, environ: dict[str, str] | None = None) -> Config:
+    """The effective configuration; ``ConfigError`` with every problem listed."""
+    data: dict[str, Any] = {}
+    source = _config_file(path)
+    if source is not None:
+        try:
+            data = tomllib.loads(source.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {source} is not valid TOML: {exc}") from None
+    env = os.environ if environ is None else environ
+    for name, where in ENV_MAP.items():
+        if name in env:
+            node = data
+            for key in where[:-1]:
+                node = node.setdefault(key, {})
+            node[where[-1]] = env[name]
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        origin = f" in {source}" if source else ""
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"bad configuration{origin}: {problems}") from None
+
+
+def redacted(config: Config) -> dict[str, Any]:
+    """The configuration as a dict with agent env values hidden (they may hold API keys)."""
+    dumped = config.model_dump(mode="json")
+    for agent in dumped.get("agents", {}).values():
+        agent["env"] = {k: "***" for k in agent.get("env", {})}
+    return dumped
+
+
+__all__ = ["Config", "ConfigError", "load_config", "redacted"]
