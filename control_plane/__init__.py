@@ -3,8 +3,14 @@
 This package is the one public import surface: everything a host needs is re-exported here.
 """
 
+from actors.settings import RuntimeSettings
 from control_plane.api import ControlPlane
+from control_plane.async_api import AsyncControlPlane
+from control_plane.outcome import Outcome
+from control_plane.queue_modes import QueueMode
+from protocol.permissions import Decision, PermissionPolicy
 from state_machines import (
+    AgentExited,
     AgentProtocolError,
     AgentStartFailed,
     CheckpointError,
@@ -14,6 +20,7 @@ from state_machines import (
     IdempotencyConflict,
     IllegalTransition,
     LimitExceeded,
+    OwnedElsewhere,
     SessionClosed,
     SessionNotFound,
     SessionState,
@@ -35,9 +42,11 @@ from store import (
 )
 
 __all__ = [
+    "AgentExited",
     "AgentProtocolError",
     "AgentSpec",
     "AgentStartFailed",
+    "AsyncControlPlane",
     "BindingRecord",
     "CheckpointError",
     "CommandKind",
@@ -46,12 +55,18 @@ __all__ = [
     "CommandState",
     "ControlPlane",
     "ControlPlaneError",
+    "Decision",
     "EventRecord",
     "IdempotencyConflict",
     "IllegalTransition",
     "IntegrityCheck",
     "LimitExceeded",
+    "Outcome",
+    "OwnedElsewhere",
+    "PermissionPolicy",
+    "QueueMode",
     "RecoveryReport",
+    "RuntimeSettings",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",

@@ -77,3 +77,7 @@ def example_agent(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

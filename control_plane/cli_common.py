@@ -19,6 +19,7 @@ from rich.console import Console
 
 from control_plane.api import ControlPlane
 from control_plane.config import Config, ConfigError, load_config
+from control_plane.tasks import TaskFileError
 from state_machines import (
     CommandNotFound,
     ControlPlaneError,
@@ -29,7 +30,14 @@ from state_machines import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-INPUT_ERRORS = (ConfigError, SessionNotFound, CommandNotFound, IdempotencyConflict, SessionClosed)
+INPUT_ERRORS = (
+    ConfigError,
+    TaskFileError,
+    SessionNotFound,
+    CommandNotFound,
+    IdempotencyConflict,
+    SessionClosed,
+)
 
 out = Console()
 err = Console(stderr=True)

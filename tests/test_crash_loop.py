@@ -77,7 +77,9 @@ def _seed() -> int:
     return int(env) if env else random.SystemRandom().randrange(2**32)
 
 
-def _start_driver(work: Path, life: int, n_sessions: int, per_session: int) -> subprocess.Popen[bytes]:
+def _start_driver(
+    work: Path, life: int, n_sessions: int, per_session: int
+) -> subprocess.Popen[bytes]:
     log = open(work / f"driver-{life}.log", "wb")  # noqa: SIM115 - the child holds it
     try:
         return subprocess.Popen(
@@ -148,7 +150,9 @@ def _no_agents_left(work: Path, timeout: float = 10.0) -> list[int]:
 
 
 def _recovery_counts(text: str, figures: Figures) -> None:
-    for match in re.finditer(r"^opened pid=\d+ requeued=(\d+) failed=(\d+) to_error=(\d+)$", text, re.M):
+    for match in re.finditer(
+        r"^opened pid=\d+ requeued=(\d+) failed=(\d+) to_error=(\d+)$", text, re.M
+    ):
         figures.requeued += int(match.group(1))
         figures.recovered_failed += int(match.group(2))
         figures.sessions_to_error += int(match.group(3))
@@ -299,9 +303,7 @@ def check_invariants(work: Path, n_sessions: int, per_session: int, figures: Fig
     for line in lines:
         seen_by_text[str(line["message"])].append(line)
     text_of = {c["id"]: json.loads(c["payload"])["content"][0]["text"] for c in commands}
-    expected_texts = {
-        prompt_text(i, j) for i in range(n_sessions) for j in range(per_session)
-    }
+    expected_texts = {prompt_text(i, j) for i in range(n_sessions) for j in range(per_session)}
     assert set(text_of.values()) == expected_texts
     assert set(seen_by_text) <= expected_texts
     completing_pid = _completing_agent_pids(by_session)
@@ -323,6 +325,7 @@ def check_invariants(work: Path, n_sessions: int, per_session: int, figures: Fig
     assert len(sinks) == n_sessions
 
     # Export: a valid JSONL v3 transcript per session.
+    (work / "exports").mkdir(exist_ok=True)
     with ControlPlane.open(work / "cp.db", run_sessions=False) as cp:
         for s in sessions:
             target = cp.export_jsonl(s["id"], work / "exports" / f"{s['spawn_key']}.jsonl")

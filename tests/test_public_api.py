@@ -19,9 +19,11 @@ from protocol.transcript_reader import validate_v3
 from store import NewEvent
 
 PINNED_ALL = [
+    "AgentExited",
     "AgentProtocolError",
     "AgentSpec",
     "AgentStartFailed",
+    "AsyncControlPlane",
     "BindingRecord",
     "CheckpointError",
     "CommandKind",
@@ -30,12 +32,18 @@ PINNED_ALL = [
     "CommandState",
     "ControlPlane",
     "ControlPlaneError",
+    "Decision",
     "EventRecord",
     "IdempotencyConflict",
     "IllegalTransition",
     "IntegrityCheck",
     "LimitExceeded",
+    "Outcome",
+    "OwnedElsewhere",
+    "PermissionPolicy",
+    "QueueMode",
     "RecoveryReport",
+    "RuntimeSettings",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
@@ -63,12 +71,17 @@ def test_every_error_is_a_control_plane_error() -> None:
 
 def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
     with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
-        spawned = cp.spawn("python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s")
+        spawned = cp.spawn(
+            "python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s"
+        )
         sid = spawned.session.id
         assert spawned.session.agent.name == "example-agent"
-        assert cp.spawn(
-            "python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s"
-        ).session.id == sid
+        assert (
+            cp.spawn(
+                "python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s"
+            ).session.id
+            == sid
+        )
         with pytest.raises(IdempotencyConflict):
             cp.spawn("python -m protocol.example_agent", tmp_path, "other", idempotency_key="s")
         cmd = cp.prompt(sid, "second", idempotency_key="p2")

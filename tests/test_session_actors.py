@@ -168,7 +168,9 @@ def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) 
             assert s.command is not None
             assert cp.wait(s.command.id, 30).ok
         # two idle sessions with live agents exist; they must not block new work
-        busy = [cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=5 #delay=150 go") for _ in range(4)]
+        busy = [
+            cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=5 #delay=150 go") for _ in range(4)
+        ]
         peak = 0
         ids = [b.command.id for b in busy if b.command is not None]
         while not all(cp.result(i) for i in ids):

@@ -1,0 +1,185 @@
+"""acpctl: bad input gives clear messages, non-zero exits and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from control_plane.cli import app
+
+runner = CliRunner()
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = runner.invoke(app, list(args), env=env or {})
+    return result.exit_code, result.output
+
+
+def _files(path: Path) -> list[str]:
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_batch_with_missing_tasks_file_exits_2(tmp_path: Path) -> None:
+    code, output = _run("--db", str(tmp_path / "cp.db"), "batch", str(tmp_path / "nope.jsonl"))
+    assert code == 2 and "does not exist" in output
+    assert _files(tmp_path) == []
+
+
+def test_batch_reports_every_invalid_line_with_its_number_before_running(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        '{"id": "a", "prompt": "ok"}\n'
+        "not json\n"
+        '{"id": "a", "prompt": "dup"}\n'
+        '{"prompt": "no id"}\n'
+        '{"id": "t", "prompt": "x", "timeout": -1}\n'
+        '{"id": "c", "prompt": "x", "cwd": "missing-dir"}\n'
+        '{"id": "e", "prompt": "x", "colour": "red"}\n'
+    )
+    code, output = _run("--db", str(tmp_path / "cp.db"), "batch", str(tasks))
+    assert code == 2
+    for line in ("line 2", "line 3", "line 4", "line 5", "line 6", "line 7"):
+        assert line in output
+    assert "line 1:" not in output
+    assert _files(tmp_path) == ["tasks.jsonl"]  # no store, no results file
+
+
+def test_unknown_session_id_exits_2_for_every_session_command(tmp_path: Path) -> None:
+    db = tmp_path / "cp.db"
+    from store import Store
+
+    Store.open(db).close()
+    for args in (
+        ["sessions", "show", "nope"],
+        ["sessions", "export", "nope", "-o", str(tmp_path / "x.jsonl")],
+        ["sessions", "close", "nope"],
+        ["sessions", "cancel", "nope"],
+        ["events", "nope"],
+    ):
+        code, output = _run("--db", str(db), *args)
+        assert code == 2, args
+        assert "no session with id 'nope'" in output
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_read_commands_refuse_a_missing_store_without_creating_it(tmp_path: Path) -> None:
+    code, output = _run("--db", str(tmp_path / "none.db"), "sessions", "list")
+    assert code == 2 and "no store" in output
+    assert _files(tmp_path) == []
+
+
+def test_bad_configuration_values_are_named(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[limits]\nmax_running_turns = 0\n[permissions]\ndefault = "maybe"\n')
+    code, output = _run("--config", str(config), "config", "show")
+    assert code == 2
+    assert "limits.max_running_turns" in output and "permissions.default" in output
+    code, output = _run("config", "show", env={"ACPCTL_TURN_TIMEOUT": "soon"})
+    assert code == 2 and "timeouts.turn_s" in output
+    config.write_text("this is = not toml [")
+    code, output = _run("--config", str(config), "config", "show")
+    assert code == 2 and "not valid TOML" in output
+
+
+def test_config_show_prints_the_effective_configuration_with_secrets_hidden(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[agents.claude]\ncommand = "npx x"\nenv = { ANTHROPIC_API_KEY = "sk-secret" }\n'
+    )
+    code, output = _run(
+        "--config", str(config), "config", "show", "--json", env={"ACPCTL_MAX_RUNNING_TURNS": "7"}
+    )
+    assert code == 0
+    shown = json.loads(output)
+    assert shown["limits"]["max_running_turns"] == 7
+    assert shown["agents"]["claude"]["env"] == {"ANTHROPIC_API_KEY": "***"}
+    assert "sk-secret" not in output
+
+
+def test_corrupt_store_is_a_clear_error_for_the_cli(tmp_path: Path) -> None:
+    db = tmp_path / "cp.db"
+    db.write_text("not a database")
+    code, output = _run("--db", str(db), "status")
+    assert code == 2 and "not an SQLite database" in output
+    assert db.read_text() == "not a database"
+
+
+def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "prompt": f"task {i}"}) + "\n" for i in range(3))
+        + json.dumps({"id": "slow", "prompt": "#hang", "timeout": 1}) + "\n"
+    )
+    agent = f"{sys.executable} -m protocol.example_agent --invocations-file {tmp_path / 'inv.jsonl'}"
+    args = ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--agent", agent, "-j", "2"]
+    code, _ = _run(*args)
+    assert code == 1  # the timed-out task failed
+    results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in results] == ["ok", "ok", "ok", "failed"]
+    assert "timeout" in results[3]["error"]
+    invocations = (tmp_path / "inv.jsonl").read_text().splitlines()
+    code, _ = _run(*args)
+    assert code == 1
+    assert (tmp_path / "inv.jsonl").read_text().splitlines() == invocations  # nothing re-ran
+    code, output = _run(*args, "--retry-failed")
+    assert code == 1  # it hangs again, but it was run again: one more invocation
+    assert len((tmp_path / "inv.jsonl").read_text().splitlines()) == len(invocations) + 1
+
+
+@pytest.mark.timeout(240)
+def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path) -> None:
+    import random
+    import signal
+    import time
+
+    rng = random.Random(7)
+    tasks = tmp_path / "tasks.jsonl"
+    n = 12
+    tasks.write_text(
+        "".join(
+            json.dumps({"id": f"t{i}", "prompt": f"#chunks=10 #delay=30 task-{i}"}) + "\n"
+            for i in range(n)
+        )
+    )
+    inv = tmp_path / "inv.jsonl"
+    agent = f"{sys.executable} -m protocol.example_agent --invocations-file {inv}"
+    cmd = [
+        sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"),
+        "batch", str(tasks), "--agent", agent, "-j", "3",
+    ]
+    env = dict(os.environ)
+    kills = 0
+    for _ in range(5):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 3.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+    final = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert kills >= 3
+    results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    assert sorted(r["id"] for r in results) == sorted(f"t{i}" for i in range(n))
+    assert all(r["status"] == "ok" for r in results)
+    # No completed task ran again: a task's prompt reached the agent once per attempt at most,
+    # and after the attempt that completed it, never again.
+    conn = sqlite3.connect(tmp_path / "cp.db")
+    attempts = dict(conn.execute("select payload, attempts from commands").fetchall())
+    conn.close()
+    runs: dict[str, int] = {}
+    for line in inv.read_text().splitlines():
+        message = json.loads(line)["message"]
+        runs[message] = runs.get(message, 0) + 1
+    for payload, count in attempts.items():
+        text = json.loads(payload)["content"][0]["text"]
+        assert runs.get(text, 0) <= count, (text, runs.get(text), count)
