@@ -189,6 +189,7 @@ class SessionActor(pykka.ThreadingActor):
             self.recorder,
             PermissionBroker(settings.permission_policy, settings.ask),
             on_exit=self._on_agent_exit,
+            fs_forward=settings.fs_forward,
         )
         loop = self.deps.loop
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
 
 
@@ -29,6 +30,8 @@ class RuntimeSettings:
         default_factory=lambda: PermissionPolicy(Decision.ASK)
     )
     ask: AskCallback | None = None
+    # fs/* served by an upstream client instead of locally (acpctl serve), else None.
+    fs_forward: FsForward | None = None
     terminals_enabled: bool = False
     env_passthrough: tuple[str, ...] = ()
     max_frame_bytes: int = 16 * 1024 * 1024

@@ -7,6 +7,7 @@ input error, ``--db`` / ``ACPCTL_DB`` pick the store.
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -61,6 +62,37 @@ def config_show(
     else:
         for key, value in effective.items():
             out.print(f"{key} = {value!r}", highlight=False)
+
+
+@app.command("serve")
+def serve_command(
+    typer_ctx: typer.Context,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="Backend agent: command, configured name, or 'example'."),
+    ] = None,
+    max_frame_bytes: Annotated[int, typer.Option(help="Largest accepted client frame.")] = 8
+    * 1024
+    * 1024,
+) -> None:
+    """Be an ACP agent on stdio in front of any ACP agent: durable, resumable sessions for
+    any ACP client (editors, headless clients). Logs go to stderr.
+
+    Example (Zed settings.json, "agent_servers"):
+      {"Durable Claude": {"command": "acpctl",
+        "args": ["serve", "--agent", "npx @zed-industries/claude-code-acp"]}}
+    """
+    import asyncio
+    import logging
+
+    from control_plane.serve import serve
+
+    ctx: Context = typer_ctx.obj
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    with errors_as_exit():
+        config = ctx.config()
+        spec, _ = config.agent(agent)
+        asyncio.run(serve(config, spec, max_frame_bytes))
 
 
 @app.command("example-agent")

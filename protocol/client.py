@@ -8,7 +8,7 @@ models (dropping unknown kinds) and runs each in its own task. The raw tap in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from acp.schema import (
     CreateTerminalResponse,
@@ -29,16 +29,34 @@ from protocol.permissions import PermissionBroker
 from protocol.terminals import TerminalManager
 
 
+class FsForward(Protocol):
+    """Where ``fs/*`` goes when an upstream client serves files (``acpctl serve`` with a
+    client that advertised the capability). Paths are confinement-checked first."""
+
+    def serves_files(self) -> bool: ...
+
+    async def read_text_file(
+        self, acp_session_id: str, path: str, line: int | None, limit: int | None
+    ) -> str: ...
+
+    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None: ...
+
+
 class ControlPlaneClient:
     """Duck-typed ``acp.Client`` (not a subclass: an unimplemented method must answer -32601,
     which the SDK only does for methods that do not exist)."""
 
     def __init__(
-        self, confinement: Confinement, permissions: PermissionBroker, terminals: TerminalManager
+        self,
+        confinement: Confinement,
+        permissions: PermissionBroker,
+        terminals: TerminalManager,
+        fs_forward: FsForward | None = None,
     ) -> None:
         self.confinement = confinement
         self.permissions = permissions
         self.terminals = terminals
+        self.fs_forward = fs_forward
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         return None  # persisted by the raw tap, in wire order, verbatim
@@ -53,13 +71,26 @@ class ControlPlaneClient:
         return await self.permissions.request(session_id, tool_call, options)
 
     async def read_text_file(
-        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **_: Any
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **_: Any,
     ) -> ReadTextFileResponse:
+        if self.fs_forward is not None and self.fs_forward.serves_files():
+            self.confinement.resolve(path)  # refused here even if the client would allow it
+            content = await self.fs_forward.read_text_file(session_id, path, line, limit)
+            return ReadTextFileResponse(content=content)
         return ReadTextFileResponse(content=self.confinement.read_text(path, line, limit))
 
     async def write_text_file(
         self, session_id: str, path: str, content: str, **_: Any
     ) -> WriteTextFileResponse:
+        if self.fs_forward is not None and self.fs_forward.serves_files():
+            self.confinement.resolve(path)
+            await self.fs_forward.write_text_file(session_id, path, content)
+            return WriteTextFileResponse()
         self.confinement.write_text(path, content)
         return WriteTextFileResponse()
 

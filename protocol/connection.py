@@ -36,7 +36,7 @@ from acp.schema import (
 from acp.transports import spawn_stdio_transport
 
 from protocol import sdk_logging
-from protocol.client import ControlPlaneClient
+from protocol.client import ControlPlaneClient, FsForward
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
 from protocol.spawn import with_parent_death_signal
@@ -97,6 +97,7 @@ class AgentConnection:
         recorder: Recorder,
         permissions: PermissionBroker,
         on_exit: Callable[[int | None], None] | None = None,
+        fs_forward: FsForward | None = None,
     ) -> None:
         sdk_logging.install()  # unknown update kinds are recorded raw, not errors
         self.launch = launch
@@ -108,6 +109,7 @@ class AgentConnection:
             confinement,
             permissions,
             TerminalManager(confinement, dict(launch.env), launch.terminals_enabled),
+            fs_forward,
         )
         self._stack = AsyncExitStack()
         self._conn: ClientSideConnection | None = None
@@ -150,7 +152,9 @@ class AgentConnection:
                 raise
             if isinstance(exc, AgentStartFailed):
                 raise
-            raise AgentStartFailed(f"agent {self.launch.command[0]!r} failed to start: {exc}") from exc
+            raise AgentStartFailed(
+                f"agent {self.launch.command[0]!r} failed to start: {exc}"
+            ) from exc
         return self.init
 
     async def _start(self) -> InitializeResponse:
@@ -263,9 +267,12 @@ class AgentConnection:
             frame = json.loads(line)
         except ValueError:
             return  # the SDK logs and skips it; there is nothing verbatim worth keeping
-        if isinstance(frame, dict) and frame.get("method") == "session/update" and "id" not in frame:
-            if not self._replaying:
-                self._recorder.update(line.decode("utf-8", errors="replace"))
+        if (
+            isinstance(frame, dict)
+            and frame.get("method") == "session/update"
+            and "id" not in frame
+        ) and not self._replaying:
+            self._recorder.update(line.decode("utf-8", errors="replace"))
 
     def _fail(self, message: str) -> None:
         if self._failure is None:
@@ -403,7 +410,11 @@ class AgentConnection:
             response = await turn
         finally:
             await self._recorder.flush()
-        usage = None if response.usage is None else response.usage.model_dump(by_alias=True, exclude_none=True)
+        usage = (
+            None
+            if response.usage is None
+            else response.usage.model_dump(by_alias=True, exclude_none=True)
+        )
         return TurnResult(str(response.stop_reason), usage, timed_out)
 
     async def cancel(self) -> None:
@@ -423,7 +434,9 @@ class AgentConnection:
     async def set_config_option(self, config_id: str, value: str | bool) -> dict[str, Any]:
         conn = self._require_conn()
         response = await self._guard(
-            conn.set_config_option(config_id=config_id, session_id=self._require_session(), value=value)
+            conn.set_config_option(
+                config_id=config_id, session_id=self._require_session(), value=value
+            )
         )
         return _dump(response)
 

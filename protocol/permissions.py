@@ -52,7 +52,9 @@ def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> str | None
 
 
 def selected(option_id: str) -> RequestPermissionResponse:
-    return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option_id))
+    return RequestPermissionResponse(
+        outcome=AllowedOutcome(outcome="selected", option_id=option_id)
+    )
 
 
 def cancelled() -> RequestPermissionResponse:

@@ -16,9 +16,7 @@ _MARK = "Unhandled error while handling notification"
 class _DropUnknownUpdateKinds(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if _MARK in message and "session/update" in message:
-            return False
-        return True
+        return not (_MARK in message and "session/update" in message)
 
 
 _installed = False

@@ -21,10 +21,10 @@ from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, S
 from state_machines.table import TransitionTable
 
 __all__ = [
-    "AgentExited",
     "COMMAND_MACHINE",
     "SESSION_MACHINE",
     "TURN_STATES",
+    "AgentExited",
     "AgentProtocolError",
     "AgentStartFailed",
     "CheckpointError",

@@ -61,9 +61,7 @@ _I_ID, _I_SESSION, _I_SEQ, _I_KIND, _I_PAYLOAD, _I_KEY = (
 _I_STATE, _I_ATTEMPTS, _I_MAX, _I_RESULT, _I_ERROR = (
     _IDX[n] for n in ("state", "attempts", "max_attempts", "result", "error")
 )
-_I_CREATED, _I_STARTED, _I_FINISHED = (
-    _IDX[n] for n in ("created_at", "started_at", "finished_at")
-)
+_I_CREATED, _I_STARTED, _I_FINISHED = (_IDX[n] for n in ("created_at", "started_at", "finished_at"))
 
 
 def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:

@@ -23,6 +23,14 @@ def session_by_key(conn: Connection, spawn_key: str) -> SessionRecord | None:
     return None if row is None else session_from_row(row)
 
 
+def session_id_for_acp(conn: Connection, acp_session_id: str) -> str | None:
+    """The control-plane session that holds this agent-side ACP session id."""
+    found: str | None = conn.execute(
+        select(sessions.c.id).where(sessions.c.acp_session_id == acp_session_id)
+    ).scalar_one_or_none()
+    return found
+
+
 def get_command(conn: Connection, command_id: str) -> CommandRecord:
     row = conn.execute(select(commands).where(commands.c.id == command_id)).first()
     if row is None:

@@ -3,6 +3,7 @@ a real subprocess, its output recorded through ``StoreRecorder``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Coroutine
@@ -82,9 +83,7 @@ class AgentHarness:
 
     def close(self) -> None:
         for conn in self.connections:
-            try:
+            with contextlib.suppress(Exception):
                 self.loop.call(conn.stop(), 15)
-            except Exception:
-                pass
         self.loop.stop()
         self.store.close()

@@ -117,9 +117,12 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
         "".join(json.dumps({"id": f"t{i}", "prompt": f"task {i}"}) + "\n" for i in range(3))
-        + json.dumps({"id": "slow", "prompt": "#hang", "timeout": 1}) + "\n"
+        + json.dumps({"id": "slow", "prompt": "#hang", "timeout": 1})
+        + "\n"
     )
-    agent = f"{sys.executable} -m protocol.example_agent --invocations-file {tmp_path / 'inv.jsonl'}"
+    agent = (
+        f"{sys.executable} -m protocol.example_agent --invocations-file {tmp_path / 'inv.jsonl'}"
+    )
     args = ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--agent", agent, "-j", "2"]
     code, _ = _run(*args)
     assert code == 1  # the timed-out task failed
@@ -130,7 +133,7 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     code, _ = _run(*args)
     assert code == 1
     assert (tmp_path / "inv.jsonl").read_text().splitlines() == invocations  # nothing re-ran
-    code, output = _run(*args, "--retry-failed")
+    code, _output = _run(*args, "--retry-failed")
     assert code == 1  # it hangs again, but it was run again: one more invocation
     assert len((tmp_path / "inv.jsonl").read_text().splitlines()) == len(invocations) + 1
 
@@ -153,8 +156,17 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
     inv = tmp_path / "inv.jsonl"
     agent = f"{sys.executable} -m protocol.example_agent --invocations-file {inv}"
     cmd = [
-        sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"),
-        "batch", str(tasks), "--agent", agent, "-j", "3",
+        sys.executable,
+        "-m",
+        "control_plane.cli",
+        "--db",
+        str(tmp_path / "cp.db"),
+        "batch",
+        str(tasks),
+        "--agent",
+        agent,
+        "-j",
+        "3",
     ]
     env = dict(os.environ)
     kills = 0

@@ -58,6 +58,7 @@ class Figures:
     recovered_failed: int = 0
     sessions_to_error: int = 0
     runtime_s: float = 0.0
+    longest_life_s: float = 0.0
 
     def show(self) -> str:
         modes = ", ".join(f"{m}={self.kills_by_mode[m]}" for m in KILL_MODES)
@@ -68,7 +69,7 @@ class Figures:
             f"commands run more than once={self.retried_commands} "
             f"agent invocations={self.invocations} recovery: requeued={self.requeued} "
             f"failed={self.recovered_failed} sessions to error={self.sessions_to_error} "
-            f"runtime={self.runtime_s:.1f}s"
+            f"runtime={self.runtime_s:.1f}s (longest driver life {self.longest_life_s:.1f}s)"
         )
 
 
@@ -164,7 +165,7 @@ def run_crash_loop(
     kills: int,
     n_sessions: int,
     per_session: int,
-    mode_weights: tuple[float, float, float] = (0.2, 0.2, 0.6),
+    mode_weights: tuple[float, float, float] = (0.25, 0.25, 0.5),
 ) -> Figures:
     rng = random.Random(seed)
     figures = Figures(seed)
@@ -176,6 +177,7 @@ def run_crash_loop(
         seen = _lines(invocations)
         (mode,) = rng.choices(KILL_MODES, weights=mode_weights)
         delay = rng.uniform(0.3, 2.5)
+        born = time.monotonic()
         proc = _start_driver(work, life, n_sessions, per_session)
         try:
             if mode == "startup":
@@ -194,6 +196,7 @@ def run_crash_loop(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
+        figures.longest_life_s = max(figures.longest_life_s, time.monotonic() - born)
         text = _log(work, life)
         _recovery_counts(text, figures)
         if code != -signal.SIGKILL:
@@ -205,6 +208,7 @@ def run_crash_loop(
     else:
         life = figures.lives
         figures.lives += 1
+        born = time.monotonic()
         proc = _start_driver(work, life, n_sessions, per_session)
         try:
             code = proc.wait(300)
@@ -212,6 +216,7 @@ def run_crash_loop(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
+        figures.longest_life_s = max(figures.longest_life_s, time.monotonic() - born)
         text = _log(work, life)
         _recovery_counts(text, figures)
         assert code == 0 and "all-done" in text, text

@@ -1,0 +1,397 @@
+"""``acpctl serve``: the control plane as an ACP agent on stdio, in front of any ACP agent.
+
+Any ACP client (an editor, a headless client) talks to this process as to an agent and gets
+durable sessions: ``session/new`` is a durable spawn, ``session/prompt`` a durable command
+whose updates stream back from the event log as they are appended, ``session/load`` replays
+the stored conversation (also after this process and its backend agents were killed).
+
+Threads: the client connection runs on this process's main asyncio loop; the control plane
+(actors, the backend agents' protocol loop, the store writer) runs on its own threads. Calls
+into the control plane go through ``asyncio.to_thread``; the backend's permission requests
+and file access come back from the protocol loop with ``run_coroutine_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import replace
+from typing import Any
+
+from acp import PROTOCOL_VERSION, RequestError, stdio_streams
+from acp.agent.connection import AgentSideConnection
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    ListSessionsResponse,
+    LoadSessionResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptCapabilities,
+    PromptResponse,
+    ResumeSessionResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+    ToolCallUpdate,
+)
+
+from actors.launch import launch_agent
+from control_plane.api import ControlPlane
+from control_plane.config import Config
+from control_plane.outcome import Outcome
+from protocol.connection import AgentConnection
+from protocol.front_tap import guard_input
+from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.replay import conversation_updates, update_of
+from state_machines import CommandState, ControlPlaneError, SessionClosed, SessionNotFound
+from store import AgentSpec, queries
+
+log = logging.getLogger(__name__)
+
+SERVE_INFO = Implementation(name="acpctl-serve", title="acp-control-plane", version="0.1.0")
+LIST_PAGE = 50
+
+
+def _unknown(session_id: str) -> RequestError:
+    return RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
+
+
+class ServeAgent:
+    """Duck-typed ``acp.Agent``: methods not defined here answer -32601."""
+
+    def __init__(self, cp: ControlPlane, agent: AgentSpec) -> None:
+        self.cp = cp
+        self.agent = agent
+        self.client: AgentSideConnection | None = None
+        self.client_fs = False
+        self.backend_prompt_caps: PromptCapabilities | None = None
+
+    def on_connect(self, conn: AgentSideConnection) -> None:
+        self.client = conn
+
+    # -- initialize ----------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **_: Any,
+    ) -> InitializeResponse:
+        fs = getattr(client_capabilities, "fs", None)
+        self.client_fs = bool(fs and fs.read_text_file and fs.write_text_file)
+        if self.backend_prompt_caps is None:
+            self.backend_prompt_caps = await asyncio.to_thread(self._probe_backend)
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=self.backend_prompt_caps,
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities(),
+                    close=SessionCloseCapabilities(),
+                    resume=SessionResumeCapabilities(),
+                ),
+            ),
+            agent_info=SERVE_INFO,
+        )
+
+    def _probe_backend(self) -> PromptCapabilities:
+        """Start the backend agent once to learn what prompts it takes (advertised as ours)."""
+        settings = self.cp.supervisor.settings
+        launch = replace(
+            launch_agent(self.agent, os.getcwd(), "capability-probe", settings),
+            stderr_path=os.devnull,
+        )
+        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
+        conn = AgentConnection(launch, _NullRecorder(), broker)
+        try:
+            init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            caps = init.agent_capabilities
+            if caps is not None and caps.prompt_capabilities is not None:
+                return caps.prompt_capabilities
+            return PromptCapabilities()
+        except ControlPlaneError as exc:
+            log.warning("backend agent did not start for the capability probe: %s", exc)
+            return PromptCapabilities()
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def new_session(
+        self, cwd: str, mcp_servers: Any = None, additional_directories: Any = None, **meta: Any
+    ) -> NewSessionResponse:
+        key = _idempotency_key(meta)
+        metadata = {"additionalDirectories": list(additional_directories or []), "via": "serve"}
+        spawned = await asyncio.to_thread(
+            self.cp.spawn, self.agent, cwd, None, idempotency_key=key, metadata=metadata
+        )
+        return NewSessionResponse(session_id=spawned.session.id)
+
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any
+    ) -> LoadSessionResponse:
+        events = await self._events(session_id)
+        assert self.client is not None
+        for update in conversation_updates(events):
+            await self._send_update(session_id, update)
+        return LoadSessionResponse()
+
+    async def resume_session(
+        self, session_id: str, cwd: str, mcp_servers: Any = None, **_: Any
+    ) -> ResumeSessionResponse:
+        await self._session(session_id)
+        return ResumeSessionResponse()
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+    ) -> ListSessionsResponse:
+        page = await asyncio.to_thread(self.cp.list_sessions, None, LIST_PAGE + 1, cursor)
+        if cwd is not None:
+            page = [s for s in page if s.cwd == cwd]
+        more = len(page) > LIST_PAGE
+        page = page[:LIST_PAGE]
+        return ListSessionsResponse(
+            sessions=[
+                SessionInfo(
+                    session_id=s.id,
+                    cwd=s.cwd,
+                    title=s.metadata.get("title"),
+                    updated_at=s.updated_at.isoformat(),
+                )
+                for s in page
+            ],
+            next_cursor=page[-1].id if more and page else None,
+        )
+
+    async def close_session(self, session_id: str, **_: Any) -> None:
+        await self._session(session_id)
+        await asyncio.to_thread(self.cp.close_session, session_id, "closed by the ACP client")
+
+    # -- turns ---------------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, prompt: list[Any], **meta: Any) -> PromptResponse:
+        session = await self._session(session_id)
+        blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_commit(session_ids: set[str]) -> None:  # store writer thread
+            if session_id in session_ids:
+                loop.call_soon_threadsafe(wake.set)
+
+        unsubscribe = self.cp.store.subscribe(on_commit)
+        try:
+            try:
+                command = await asyncio.to_thread(
+                    self.cp.prompt, session_id, blocks, idempotency_key=_idempotency_key(meta)
+                )
+            except SessionClosed:
+                raise RequestError.invalid_params(
+                    {"sessionId": session_id, "reason": "session is closed"}
+                ) from None
+            outcome = await self._stream_turn(session_id, command.id, session.last_event_seq, wake)
+        finally:
+            unsubscribe()
+        if outcome.state is CommandState.FAILED and not outcome.stop_reason:
+            raise RequestError.internal_error({"details": outcome.error or "the turn failed"})
+        stop = outcome.stop_reason
+        if stop is None:
+            stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
+        return PromptResponse(stop_reason=stop)
+
+    async def _stream_turn(
+        self, session_id: str, command_id: str, after_seq: int, wake: asyncio.Event
+    ) -> Outcome:
+        """Forward the command's updates as they are committed; the outcome once it is final
+        and every update before it has been sent."""
+        last = after_seq
+        while True:
+            wake.clear()
+            events = await asyncio.to_thread(self.cp.events, session_id, last, 500)
+            for event in events:
+                last = event.seq
+                update = update_of(event) if event.command_id == command_id else None
+                if update is not None:
+                    await self._send_update(session_id, update)
+            if events:
+                continue
+            outcome = await asyncio.to_thread(self.cp.result, command_id)
+            if outcome is not None:
+                return outcome
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), 0.5)
+
+    async def cancel(self, session_id: str, **_: Any) -> None:
+        try:
+            await asyncio.to_thread(self.cp.cancel, session_id)
+        except SessionNotFound:
+            log.info("cancel for unknown session %s ignored", session_id)
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **meta: Any
+    ) -> SetSessionModeResponse:
+        await self._session(session_id)
+        command = await asyncio.to_thread(
+            self.cp.set_mode, session_id, mode_id, idempotency_key=_idempotency_key(meta)
+        )
+        await self._finished(command.id)
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **meta: Any
+    ) -> SetSessionConfigOptionResponse:
+        await self._session(session_id)
+        command = await asyncio.to_thread(
+            self.cp.set_config_option,
+            session_id,
+            config_id,
+            value,
+            idempotency_key=_idempotency_key(meta),
+        )
+        result = await self._finished(command.id)
+        return SetSessionConfigOptionResponse.model_validate(
+            {"configOptions": result.get("configOptions", [])}
+        )
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _finished(self, command_id: str) -> dict[str, Any]:
+        outcome = await asyncio.to_thread(self.cp.wait, command_id, 120)
+        if outcome.state is not CommandState.COMPLETED:
+            raise RequestError.internal_error({"details": outcome.error or outcome.state.value})
+        command = await asyncio.to_thread(self.cp.command, command_id)
+        return command.result or {}
+
+    async def _session(self, session_id: str) -> Any:
+        try:
+            return await asyncio.to_thread(self.cp.get, session_id)
+        except SessionNotFound:
+            raise _unknown(session_id) from None
+
+    async def _events(self, session_id: str) -> list[Any]:
+        try:
+            return await asyncio.to_thread(self.cp.events, session_id)
+        except SessionNotFound:
+            raise _unknown(session_id) from None
+
+    async def _send_update(self, session_id: str, update: dict[str, Any]) -> None:
+        # Raw: the SDK's typed path would drop update kinds its models do not know.
+        assert self.client is not None
+        await self.client._conn.send_notification(
+            "session/update", {"sessionId": session_id, "update": update}
+        )
+
+
+class _Bridge:
+    """Permission requests and file access of backend agents, forwarded to the client.
+    Called on the control plane's protocol loop; the client lives on the front loop."""
+
+    def __init__(self, front_loop: asyncio.AbstractEventLoop) -> None:
+        self.agent: ServeAgent | None = None  # bound once the control plane is open
+        self.front_loop = front_loop
+
+    def serves_files(self) -> bool:
+        return self.agent is not None and self.agent.client_fs
+
+    def _cp_session(self, acp_session_id: str) -> str:
+        assert self.agent is not None
+        cp = self.agent.cp
+        found = cp.store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
+        if found is None:
+            raise RequestError.invalid_params({"reason": "session not known to the control plane"})
+        return found
+
+    async def _on_front(self, coro: Any) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.front_loop))
+
+    async def ask(
+        self, acp_session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> str | None:
+        client = None if self.agent is None else self.agent.client
+        if client is None:
+            return None  # nobody to ask: the broker answers cancelled
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        response = await self._on_front(
+            client.request_permission(session_id=session_id, tool_call=tool_call, options=options)
+        )
+        outcome = response.outcome
+        return getattr(outcome, "option_id", None)
+
+    async def read_text_file(
+        self, acp_session_id: str, path: str, line: int | None, limit: int | None
+    ) -> str:
+        assert self.agent is not None and self.agent.client is not None
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        response = await self._on_front(
+            self.agent.client.read_text_file(
+                session_id=session_id, path=path, line=line, limit=limit
+            )
+        )
+        return str(response.content)
+
+    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None:
+        assert self.agent is not None and self.agent.client is not None
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        await self._on_front(
+            self.agent.client.write_text_file(session_id=session_id, path=path, content=content)
+        )
+
+
+class _NullRecorder:
+    def update(self, frame: str) -> None:
+        return None
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+
+def _idempotency_key(meta: dict[str, Any]) -> str | None:
+    """A client may put ``idempotencyKey`` in a request's ``_meta``; without one, a retried
+    request is a new command."""
+    value = meta.get("idempotencyKey")
+    if value is None and isinstance(meta.get("field_meta"), dict):
+        value = meta["field_meta"].get("idempotencyKey")
+    return None if value is None else str(value)
+
+
+async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
+    """Serve ACP on this process's stdin/stdout until the client closes stdin."""
+    front_loop = asyncio.get_running_loop()
+    bridge = _Bridge(front_loop)
+    settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge)
+    db = config.db_path
+    db.parent.mkdir(parents=True, exist_ok=True)
+    cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
+    server = ServeAgent(cp, agent)
+    bridge.agent = server
+    try:
+        reader, writer = await stdio_streams(limit=1024 * 1024)
+        guarded = asyncio.StreamReader(limit=1024 * 1024)
+        pump = asyncio.create_task(guard_input(reader, guarded, writer, max_frame_bytes))
+        conn = AgentSideConnection(
+            server,  # type: ignore[arg-type]  # duck-typed on purpose: missing methods -> -32601
+            writer,
+            guarded,
+            listening=False,
+            use_unstable_protocol=True,
+        )
+        try:
+            await conn.listen()
+        finally:
+            pump.cancel()
+            await conn.close()
+    finally:
+        await asyncio.to_thread(cp.close)

@@ -1,0 +1,37 @@
+"""A stored conversation as ``session/update`` notifications (``session/load`` in serve).
+
+Pure: stored events in, update objects out. The user's prompts become
+``user_message_chunk``s (one per content block); every agent update is replayed as recorded
+(unknown kinds included); lifecycle events of the control plane are not part of the
+conversation and are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from protocol.transcript import EventLike
+
+
+def update_of(event: EventLike) -> dict[str, Any] | None:
+    """The update object inside a stored ``session_update`` event, if it is one."""
+    if event.kind != "session_update":
+        return None
+    payload = event.payload
+    params = (
+        payload.get("params", payload) if payload.get("method") == "session/update" else payload
+    )
+    update = params.get("update") if isinstance(params, dict) else None
+    return update if isinstance(update, dict) else None
+
+
+def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]]:
+    for event in events:
+        if event.kind == "prompt":
+            for block in event.payload.get("content", []):
+                yield {"sessionUpdate": "user_message_chunk", "content": block}
+            continue
+        update = update_of(event)
+        if update is not None and update.get("sessionUpdate") != "user_message_chunk":
+            yield update

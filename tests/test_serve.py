@@ -1,0 +1,206 @@
+"""`acpctl serve` end to end: a real serve subprocess, driven by the SDK's client over stdio,
+in front of the example agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp.schema import (
+    AllowedOutcome,
+    ClientCapabilities,
+    RequestPermissionResponse,
+)
+
+
+def _serve_argv(tmp: Path) -> list[str]:
+    agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp / 'agent-state.json'}"
+    return ["-m", "control_plane.cli", "--db", str(tmp / "cp.db"), "serve", "--agent", agent]
+
+
+class Client:
+    def __init__(self, permission: str = "allow") -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.permission = permission
+        self.asked: list[str] = []
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update.model_dump(by_alias=True, exclude_none=True))
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: Any, **_: Any
+    ) -> Any:
+        self.asked.append(session_id)
+        wanted = "allow_once" if self.permission == "allow" else "reject_once"
+        chosen = next(o.option_id for o in options if o.kind == wanted)
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=chosen)
+        )
+
+    def text(self) -> str:
+        return "".join(
+            u["content"].get("text", "")
+            for u in self.updates
+            if u["sessionUpdate"] == "agent_message_chunk"
+        )
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    return {
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "ACPCTL_CONFIG": str(tmp / "none.toml"),
+        "HOME": str(tmp),
+    }
+
+
+async def _session(tmp: Path, client: Client, body: Any) -> Any:
+    (tmp / "none.toml").write_text("")
+    async with spawn_agent_process(
+        client,
+        sys.executable,
+        *_serve_argv(tmp),
+        env=_env(tmp),
+        cwd=str(tmp),
+        transport_kwargs={"stderr": open(tmp / "serve.log", "ab"), "shutdown_timeout": 5},
+    ) as (conn, proc):
+        init = await conn.initialize(
+            protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+        )
+        return await body(conn, proc, init)
+
+
+def test_new_prompt_stream_list_and_close(tmp_path: Path) -> None:
+    client = Client()
+
+    async def body(conn: Any, proc: Any, init: Any) -> None:
+        caps = init.agent_capabilities
+        assert caps.load_session is True
+        assert (
+            caps.session_capabilities.list is not None
+            and caps.session_capabilities.resume is not None
+        )
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        response = await conn.prompt(session_id=sid, prompt=[text_block("#chunks=20 hi")])
+        assert response.stop_reason == "end_turn"
+        chunks = [u for u in client.updates if u["sessionUpdate"] == "agent_message_chunk"]
+        assert [c["content"]["text"] for c in chunks][:3] == ["c0 ", "c1 ", "c2 "]
+        assert len(chunks) == 20  # every update arrived before the response
+        listed = await conn.list_sessions()
+        assert [s.session_id for s in listed.sessions] == [sid]
+        await conn.close_session(session_id=sid)
+        with pytest.raises(RequestError) as info:
+            await conn.prompt(session_id=sid, prompt=[text_block("after close")])
+        assert info.value.code == -32602
+
+    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 90))
+
+
+def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path) -> None:
+    async def body(conn: Any, proc: Any, init: Any) -> str:
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("#hang")]))
+        await asyncio.sleep(3)
+        await conn.cancel(session_id=sid)
+        return (await asyncio.wait_for(turn, 30)).stop_reason
+
+    assert asyncio.run(asyncio.wait_for(_session(tmp_path, Client(), body), 90)) == "cancelled"
+
+
+@pytest.mark.parametrize(("answer", "expected"), [("allow", "allowed"), ("reject", "rejected")])
+def test_permission_requests_reach_the_client_and_its_answer_goes_back(
+    tmp_path: Path, answer: str, expected: str
+) -> None:
+    client = Client(permission=answer)
+
+    async def body(conn: Any, proc: Any, init: Any) -> None:
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        await conn.prompt(session_id=sid, prompt=[text_block("#permission #tool go")])
+        assert client.asked == [sid]  # asked with the control plane's session id
+        assert f"permission: {expected}" in client.text()
+
+    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 90))
+
+
+def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_path: Path) -> None:
+    first = Client()
+
+    async def live(conn: Any, proc: Any, init: Any) -> str:
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        await conn.prompt(session_id=sid, prompt=[text_block("remember the fig")])
+        await conn.prompt(session_id=sid, prompt=[text_block("#tool and the date")])
+        os.kill(proc.pid, signal.SIGKILL)  # serve dies; its backend agent dies with it
+        await proc.wait()
+        return sid
+
+    sid = asyncio.run(asyncio.wait_for(_session(tmp_path, first, live), 90))
+    second = Client()
+
+    async def reload(conn: Any, proc: Any, init: Any) -> None:
+        await conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[])
+        replayed = list(second.updates)
+        users = [
+            u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"
+        ]
+        assert users == ["remember the fig", "#tool and the date"]
+        agent_side = [u for u in replayed if u["sessionUpdate"] != "user_message_chunk"]
+        assert agent_side == first.updates  # the exact updates the first client saw live
+        second.updates.clear()
+        await conn.prompt(session_id=sid, prompt=[text_block("#history")])
+        assert "remember the fig" in second.text()
+
+    asyncio.run(asyncio.wait_for(_session(tmp_path, second, reload), 90))
+
+
+def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: Path) -> None:
+    (tmp_path / "none.toml").write_text("")
+    proc = subprocess.Popen(
+        [sys.executable, *_serve_argv(tmp_path), "--max-frame-bytes", "4096"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "serve.log", "ab"),
+        env={**os.environ, **_env(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(raw: bytes) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(raw + b"\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        assert send(b"{not json")["error"]["code"] == -32700
+        assert send(b"[1, 2, 3]")["error"]["code"] == -32600
+        assert (
+            send(b'{"jsonrpc":"2.0","id":1,"method":"' + b"x" * 5000 + b'"}')["error"]["code"]
+            == -32600
+        )
+        reply = send(b'{"jsonrpc":"2.0","id":2,"method":"no/such/method","params":{}}')
+        assert reply["id"] == 2 and reply["error"]["code"] == -32601
+        reply = send(
+            b'{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"x"}}'
+        )
+        assert reply["id"] == 3 and reply["error"]["code"] == -32602
+        reply = send(
+            b'{"jsonrpc":"2.0","id":4,"method":"session/prompt","params":'
+            b'{"sessionId":"nope","prompt":[{"type":"text","text":"hi"}]}}'
+        )
+        assert reply["id"] == 4 and reply["error"]["code"] == -32602
+        reply = send(b'{"jsonrpc":"2.0","id":5,"method":"session/list","params":{}}')
+        assert reply["id"] == 5 and reply["result"]["sessions"] == []  # still serving
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+    conn = sqlite3.connect(tmp_path / "cp.db")
+    assert conn.execute("select count(*) from sessions").fetchone()[0] == 0  # store untouched
+    conn.close()
