@@ -33,8 +33,8 @@ What is measured
 
 Run from the repository root::
 
-    python bench/actors.py --quick                 # smoke variant, ~1 min
-    python bench/actors.py --sessions 120          # (a) scaled down; (b) and (c) in full
+    python bench/actors.py --quick                 # smoke variant, ~1-2 min
+    python bench/actors.py --sessions 64 --noop-sessions 300   # ~10 min on 2 cores
     python bench/actors.py --parts b,c --json
 """
 
@@ -798,7 +798,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="smoke variant (~1 min): (a) 16 sessions, (b) 200 sessions x 1 round, "
+        help="smoke variant (~1-2 min): (a) 8 sessions, (b) 100 sessions x 1 round, "
         "(c) 2,000 sessions / 4,000 commands x 1 round",
     )
     parser.add_argument(
@@ -808,9 +808,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     quick = args.quick
     if args.sessions is None:
-        args.sessions = 16 if quick else DEFAULT_SESSIONS
+        args.sessions = 8 if quick else DEFAULT_SESSIONS
     if args.noop_sessions is None:
-        args.noop_sessions = 200 if quick else DEFAULT_SESSIONS
+        args.noop_sessions = 100 if quick else DEFAULT_SESSIONS
     if args.rounds is None:
         args.rounds = 1 if quick else DEFAULT_ROUNDS
     if args.open_sessions is None:

@@ -64,13 +64,18 @@ def _env(tmp: Path) -> dict[str, str]:
 
 async def _session(tmp: Path, client: Client, body: Any) -> Any:
     (tmp / "none.toml").write_text("")
+    with (tmp / "serve.log").open("ab") as log:
+        return await _run_client(tmp, client, body, log.fileno())
+
+
+async def _run_client(tmp: Path, client: Client, body: Any, log: int) -> Any:
     async with spawn_agent_process(
         client,
         sys.executable,
         *_serve_argv(tmp),
         env=_env(tmp),
         cwd=str(tmp),
-        transport_kwargs={"stderr": open(tmp / "serve.log", "ab"), "shutdown_timeout": 5},
+        transport_kwargs={"stderr": log, "shutdown_timeout": 5},
     ) as (conn, proc):
         init = await conn.initialize(
             protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
@@ -162,11 +167,12 @@ def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_pat
 
 def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: Path) -> None:
     (tmp_path / "none.toml").write_text("")
+    log = (tmp_path / "serve.log").open("ab")
     proc = subprocess.Popen(
         [sys.executable, *_serve_argv(tmp_path), "--max-frame-bytes", "4096"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=open(tmp_path / "serve.log", "ab"),
+        stderr=log,
         env={**os.environ, **_env(tmp_path)},
         cwd=tmp_path,
     )
@@ -201,6 +207,7 @@ def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: P
     finally:
         proc.stdin.close()
         proc.wait(30)
+        log.close()
     conn = sqlite3.connect(tmp_path / "cp.db")
     assert conn.execute("select count(*) from sessions").fetchone()[0] == 0  # store untouched
     conn.close()

@@ -9,6 +9,7 @@ agent died with A.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -34,6 +35,25 @@ def _pid_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"  # a zombie is dead
+
+
+def _my_agents(work: Path) -> list[int]:
+    """Example-agent processes this process started for ``work`` (zombies excluded)."""
+    marker, me = str(work / "invocations.jsonl").encode(), os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if marker in cmdline and int(fields[1]) == me and fields[0] != b"Z":
+            found.append(int(entry))
+    return found
 
 
 def _wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
@@ -98,14 +118,15 @@ def test_a_session_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
             epoch_before = before.epoch
 
             # Watch B's supervisor for the whole time A is alive.
-            seen_live_in_b: list[list[str]] = []
+            seen_live_in_b: list[float] = []  # when B had an actor for the session
+            agents_of_b: set[int] = set()  # agent processes B started meanwhile
             stop_watch = threading.Event()
 
             def watch() -> None:
                 while not stop_watch.is_set():
-                    live = b.supervisor.live_sessions()
-                    if sid in live:
-                        seen_live_in_b.append(live)
+                    if sid in b.supervisor.live_sessions():
+                        seen_live_in_b.append(time.monotonic())
+                    agents_of_b.update(_my_agents(tmp_path))
                     time.sleep(0.005)
 
             watcher = threading.Thread(target=watch, daemon=True)
@@ -124,7 +145,17 @@ def test_a_session_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
             finally:
                 stop_watch.set()
                 watcher.join()
-            assert not seen_live_in_b, "B ran A's session while A was alive"
+            assert not agents_of_b, f"B started agents {agents_of_b} for A's session"
+            assert not [
+                e
+                for e in b.events(sid)
+                if e.kind.startswith("agent_") and e.payload.get("pid") != a_agent
+            ]
+            live_for = seen_live_in_b[-1] - seen_live_in_b[0] if seen_live_in_b else 0.0
+            assert not seen_live_in_b, (
+                f"B had a live actor for A's session ({len(seen_live_in_b)} samples "
+                f"over {live_for:.2f}s) while A was alive"
+            )
             assert [i["message"] for i in invocations(tmp_path)] == ["#chunks=60 #delay=100 a"]
 
             # A dies mid-turn; B takes over.
