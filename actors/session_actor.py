@@ -338,11 +338,26 @@ class SessionActor(pykka.ThreadingActor):
         self.store.write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
 
     def _tick(self, now: float) -> None:
+        self._notice_other_processes()
         idle_for = now - self.last_active
         if self.turn is None and idle_for >= self.deps.settings.passivate_after_s:
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _notice_other_processes(self) -> None:
+        """Another process (``acpctl sessions cancel|close``) can only change the store; the
+        owner sees it here, once a sweep interval, and acts on the agent."""
+        if self.closing:
+            return
+        state = self.store.get_session(self.session_id).state
+        if state is SessionState.CLOSED:
+            self.closing = True
+            if self.turn is not None and self.conn is not None:
+                self._call_quietly(self.conn.cancel())
+            self.stop()
+        elif state is SessionState.CANCELLING and self.turn is not None and self.conn is not None:
+            self.deps.loop.submit(self.conn.cancel())
 
     # -- helpers -------------------------------------------------------------------------
 

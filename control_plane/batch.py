@@ -64,6 +64,7 @@ class BatchOptions:
     retry_failed: bool = False
     agents: Callable[[str], tuple[AgentSpec, str | None]] | None = None  # per-task --agent
     extra_metadata: dict[str, Any] = field(default_factory=dict)
+    queue_mode: str = "followup"
 
 
 class BatchRun:
@@ -88,17 +89,22 @@ class BatchRun:
             generation += 1
 
     def submit(self) -> None:
-        """Spawn every task not already in the store (idempotent by key)."""
+        """Spawn every task (idempotent by key: a task already in the store is found, not
+        spawned again; one whose prompt, cwd or agent changed since is an
+        ``IdempotencyConflict`` naming its key)."""
         for task in self.tasks:
             generation, existing = self._latest(task)
             if existing is not None:
                 command = self._first_command(existing.id)
-                failed = command is not None and command.state is not CommandState.COMPLETED
-                final = command is not None and command.is_final
-                if not (self.options.retry_failed and failed and final):
+                retry = (
+                    self.options.retry_failed
+                    and command is not None
+                    and command.is_final
+                    and command.state is not CommandState.COMPLETED
+                )
+                if not retry:
                     self.resumed += 1
-                    assert command is not None
-                    self.runs.append(TaskRun(task, existing.id, command.id, generation))
+                    self.runs.append(self._spawn(task, generation))  # returns the stored run
                     continue
                 generation += 1
             self.runs.append(self._spawn(task, generation))
@@ -125,6 +131,7 @@ class BatchRun:
             task.prompt,
             idempotency_key=self.key(task, generation),
             metadata=metadata,
+            queue_mode=self.options.queue_mode,
         )
         assert result.command is not None
         return TaskRun(task, result.session.id, result.command.id, generation)

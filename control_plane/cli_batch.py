@@ -67,6 +67,7 @@ def run_batch(
         transcripts_dir=None if transcripts is None else transcripts.resolve(),
         retry_failed=retry_failed,
         agents=config.agent,
+        queue_mode=config.queue_mode.value,
     )
     with opened(ctx, run_sessions=True, max_running_turns=jobs) as cp:
         batch = BatchRun(cp, tasks, options)

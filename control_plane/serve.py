@@ -20,7 +20,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from acp import PROTOCOL_VERSION, RequestError, stdio_streams
+from acp import PROTOCOL_VERSION, stdio_streams
 from acp.agent.connection import AgentSideConnection
 from acp.schema import (
     AgentCapabilities,
@@ -51,7 +51,8 @@ from protocol.connection import AgentConnection
 from protocol.front_tap import guard_input
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
 from protocol.replay import conversation_updates, update_of
-from state_machines import CommandState, ControlPlaneError, SessionClosed, SessionNotFound
+from protocol.rpc_errors import to_request_error, turn_failed
+from state_machines import CommandState, ControlPlaneError, SessionNotFound
 from store import AgentSpec, queries
 
 log = logging.getLogger(__name__)
@@ -60,16 +61,13 @@ SERVE_INFO = Implementation(name="acpctl-serve", title="acp-control-plane", vers
 LIST_PAGE = 50
 
 
-def _unknown(session_id: str) -> RequestError:
-    return RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
-
-
 class ServeAgent:
     """Duck-typed ``acp.Agent``: methods not defined here answer -32601."""
 
-    def __init__(self, cp: ControlPlane, agent: AgentSpec) -> None:
+    def __init__(self, cp: ControlPlane, agent: AgentSpec, queue_mode: str = "followup") -> None:
         self.cp = cp
         self.agent = agent
+        self.queue_mode = queue_mode
         self.client: AgentSideConnection | None = None
         self.client_fs = False
         self.backend_prompt_caps: PromptCapabilities | None = None
@@ -133,7 +131,13 @@ class ServeAgent:
         key = _idempotency_key(meta)
         metadata = {"additionalDirectories": list(additional_directories or []), "via": "serve"}
         spawned = await asyncio.to_thread(
-            self.cp.spawn, self.agent, cwd, None, idempotency_key=key, metadata=metadata
+            self.cp.spawn,
+            self.agent,
+            cwd,
+            None,
+            idempotency_key=key,
+            metadata=metadata,
+            queue_mode=self.queue_mode,
         )
         return NewSessionResponse(session_id=spawned.session.id)
 
@@ -195,15 +199,13 @@ class ServeAgent:
                 command = await asyncio.to_thread(
                     self.cp.prompt, session_id, blocks, idempotency_key=_idempotency_key(meta)
                 )
-            except SessionClosed:
-                raise RequestError.invalid_params(
-                    {"sessionId": session_id, "reason": "session is closed"}
-                ) from None
+            except ControlPlaneError as exc:
+                raise to_request_error(exc) from None
             outcome = await self._stream_turn(session_id, command.id, session.last_event_seq, wake)
         finally:
             unsubscribe()
         if outcome.state is CommandState.FAILED and not outcome.stop_reason:
-            raise RequestError.internal_error({"details": outcome.error or "the turn failed"})
+            raise turn_failed(outcome.error or "the turn failed")
         stop = outcome.stop_reason
         if stop is None:
             stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
@@ -268,21 +270,21 @@ class ServeAgent:
     async def _finished(self, command_id: str) -> dict[str, Any]:
         outcome = await asyncio.to_thread(self.cp.wait, command_id, 120)
         if outcome.state is not CommandState.COMPLETED:
-            raise RequestError.internal_error({"details": outcome.error or outcome.state.value})
+            raise turn_failed(outcome.error or outcome.state.value)
         command = await asyncio.to_thread(self.cp.command, command_id)
         return command.result or {}
 
     async def _session(self, session_id: str) -> Any:
         try:
             return await asyncio.to_thread(self.cp.get, session_id)
-        except SessionNotFound:
-            raise _unknown(session_id) from None
+        except SessionNotFound as exc:
+            raise to_request_error(exc) from None
 
     async def _events(self, session_id: str) -> list[Any]:
         try:
             return await asyncio.to_thread(self.cp.events, session_id)
-        except SessionNotFound:
-            raise _unknown(session_id) from None
+        except SessionNotFound as exc:
+            raise to_request_error(exc) from None
 
     async def _send_update(self, session_id: str, update: dict[str, Any]) -> None:
         # Raw: the SDK's typed path would drop update kinds its models do not know.
@@ -308,7 +310,7 @@ class _Bridge:
         cp = self.agent.cp
         found = cp.store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
         if found is None:
-            raise RequestError.invalid_params({"reason": "session not known to the control plane"})
+            raise to_request_error(SessionNotFound(acp_session_id))
         return found
 
     async def _on_front(self, coro: Any) -> Any:
@@ -375,7 +377,7 @@ async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
     db = config.db_path
     db.parent.mkdir(parents=True, exist_ok=True)
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
-    server = ServeAgent(cp, agent)
+    server = ServeAgent(cp, agent, config.queue_mode.value)
     bridge.agent = server
     try:
         reader, writer = await stdio_streams(limit=1024 * 1024)

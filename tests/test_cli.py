@@ -138,6 +138,17 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     assert len((tmp_path / "inv.jsonl").read_text().splitlines()) == len(invocations) + 1
 
 
+def test_batch_rerun_with_a_changed_prompt_is_a_clear_conflict(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "a", "prompt": "first"}) + "\n")
+    args = ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--agent", "example"]
+    assert _run(*args)[0] == 0
+    tasks.write_text(json.dumps({"id": "a", "prompt": "changed"}) + "\n")
+    code, output = _run(*args)
+    assert code == 2
+    assert "idempotency key" in output and ":a" in output
+
+
 @pytest.mark.timeout(240)
 def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path) -> None:
     import random

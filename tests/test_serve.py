@@ -110,14 +110,19 @@ def test_new_prompt_stream_list_and_close(tmp_path: Path) -> None:
 
 
 def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path) -> None:
+    client = Client()
+
     async def body(conn: Any, proc: Any, init: Any) -> str:
         sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
         turn = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[text_block("#hang")]))
-        await asyncio.sleep(3)
+        for _ in range(600):  # until the turn is streaming (agent start may be slow here)
+            if client.updates:
+                break
+            await asyncio.sleep(0.1)
         await conn.cancel(session_id=sid)
         return (await asyncio.wait_for(turn, 30)).stop_reason
 
-    assert asyncio.run(asyncio.wait_for(_session(tmp_path, Client(), body), 90)) == "cancelled"
+    assert asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 120)) == "cancelled"
 
 
 @pytest.mark.parametrize(("answer", "expected"), [("allow", "allowed"), ("reject", "rejected")])

@@ -208,3 +208,22 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: Path) -> None:
+    from control_plane import ControlPlane
+
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
+        sid = spawned.session.id
+        assert spawned.command is not None
+        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        # like `acpctl sessions cancel`: another opener that only writes the store
+        with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
+            other.cancel(sid)
+        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
+        with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
+            other.close_session(sid)
+        _wait_for(lambda: sid not in cp.supervisor.live_sessions())
+        _wait_for(lambda: not _pid_alive(pid))
