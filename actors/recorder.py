@@ -28,7 +28,7 @@ class StoreRecorder:
         self.command_id: str | None = None  # set by the session actor for each turn
         self.epoch: int | None = None  # the owner's fencing epoch; stale writes are refused
         self._lock = threading.Lock()
-        self._buffer: list[tuple[str | None, NewEvent]] = []
+        self._buffer: list[tuple[str | None, tuple[str, str]]] = []
         self._in_flight = False
         self._handed = 0
         self._durable = 0
@@ -38,10 +38,11 @@ class StoreRecorder:
     # -- Recorder protocol (called on the protocol loop) ---------------------------------
 
     def update(self, frame: str) -> None:
-        self._hand_over(NewEvent("session_update", frame))
+        # The raw tap parsed the frame already: it is stored as is, without a second parse.
+        self._hand_over(("session_update", frame))
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._hand_over(NewEvent(kind, payload))
+        self._hand_over((kind, NewEvent(kind, payload).payload_text()))
 
     def flush(self) -> asyncio.Future[None]:
         return asyncio.wrap_future(self.flush_future())
@@ -59,7 +60,7 @@ class StoreRecorder:
                 self._waiters.append((self._handed, future))
         return future
 
-    def _hand_over(self, event: NewEvent) -> None:
+    def _hand_over(self, event: tuple[str, str]) -> None:
         with self._lock:
             self._buffer.append((self.command_id, event))
             self._handed += 1
@@ -69,20 +70,20 @@ class StoreRecorder:
             batch, self._buffer = self._buffer, []
         self._submit(batch)
 
-    def _submit(self, batch: list[tuple[str | None, NewEvent]]) -> None:
+    def _submit(self, batch: list[tuple[str | None, tuple[str, str]]]) -> None:
         epoch = self.epoch
 
         def write(ctx: WriteContext) -> int:
             if epoch is not None:
                 ops.check_epoch(ctx.conn, self.session_id, epoch)
-            run: list[NewEvent] = []
+            run: list[tuple[str, str]] = []
             run_command: str | None = batch[0][0]
             for command_id, event in batch:
                 if command_id != run_command:
-                    ops.append_events(ctx, self.session_id, run_command, run)
+                    ops.append_frames(ctx, self.session_id, run_command, run)
                     run, run_command = [], command_id
                 run.append(event)
-            ops.append_events(ctx, self.session_id, run_command, run)
+            ops.append_frames(ctx, self.session_id, run_command, run)
             return len(batch)
 
         self._store.submit(write).add_done_callback(lambda f: self._done(f, len(batch)))

@@ -17,6 +17,7 @@ session over: the actor kills its agent and stops.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -66,6 +67,7 @@ class ActorDeps:
     slots: TurnSlots
     settings: RuntimeSettings
     on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
+    starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -193,13 +195,15 @@ class SessionActor(pykka.ThreadingActor):
         )
         loop = self.deps.loop
         try:
-            init = loop.call(conn.start(), settings.agent_start_timeout_s)
-            if session.acp_session_id:
-                opened = loop.call(
-                    conn.restore_session(session.acp_session_id), settings.agent_start_timeout_s
-                )
-            else:
-                opened = loop.call(conn.new_session(), settings.agent_start_timeout_s)
+            with self.deps.starts:  # the start timeout counts from here, not from the queue
+                init = loop.call(conn.start(), settings.agent_start_timeout_s)
+                if session.acp_session_id:
+                    opened = loop.call(
+                        conn.restore_session(session.acp_session_id),
+                        settings.agent_start_timeout_s,
+                    )
+                else:
+                    opened = loop.call(conn.new_session(), settings.agent_start_timeout_s)
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
             self._discard(conn)
             error = str(exc) or type(exc).__name__

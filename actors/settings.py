@@ -24,8 +24,14 @@ class RuntimeSettings:
     # An idle live session is passivated (actor and agent stopped) after this long.
     passivate_after_s: float = 300.0
     agent_start_timeout_s: float = 60.0
+    # Agent processes starting at once (a start can cost seconds of CPU: a storm of them
+    # on a small machine would time every one of them out).
+    max_concurrent_starts: int = 4
     # How often the supervisor looks for work other processes queued or left behind.
     sweep_interval_s: float = 1.0
+    # How often the sweep also queries the store for work queued by other processes or left
+    # by dead owners (a scan; cheap for a few sessions, ~200 ms with a 10k backlog).
+    discover_interval_s: float = 5.0
     permission_policy: PermissionPolicy = field(
         default_factory=lambda: PermissionPolicy(Decision.ASK)
     )

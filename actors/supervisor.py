@@ -42,7 +42,14 @@ class Supervisor:
         self._lock = threading.RLock()
         self._actors: dict[str, pykka.ActorRef[SessionActor]] = {}
         self.slots = TurnSlots(settings.max_running_turns, self._granted)
-        self._deps = ActorDeps(store, loop, self.slots, settings, self._forget)
+        self._deps = ActorDeps(
+            store,
+            loop,
+            self.slots,
+            settings,
+            self._forget,
+            threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
+        )
         self._stopping = threading.Event()
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
         self.recovery = RecoveryReport()
@@ -64,9 +71,14 @@ class Supervisor:
             self._sweeper.join(timeout)
         with self._lock:
             refs = list(self._actors.values())
+        # Stop every actor at once (each ends its agent), then wait for all.
+        stopping = []
         for ref in refs:
             with contextlib.suppress(pykka.ActorDeadError):
-                ref.stop(block=True, timeout=timeout)
+                stopping.append(ref.stop(block=False))
+        for future in stopping:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                future.get(timeout=timeout)
 
     # -- entry points (any thread) -------------------------------------------------------
 
@@ -137,6 +149,7 @@ class Supervisor:
 
     def _sweep(self) -> None:
         interval = self.settings.sweep_interval_s
+        last_discovery = time.monotonic()
         while not self._stopping.wait(interval):
             try:
                 now = time.monotonic()
@@ -147,6 +160,9 @@ class Supervisor:
                         ref.tell(Tick(now))
                     else:
                         self._forget(session_id)
+                if now - last_discovery < self.settings.discover_interval_s:
+                    continue
+                last_discovery = now
                 report = self.store.recover(self.me, include_mine=False)
                 if report.requeued or report.failed:
                     log.warning("recovered work of a dead owner: %s", report)
@@ -167,4 +183,13 @@ def _sessions_with_work(conn: Connection, me: str) -> list[str]:
         )
         .order_by(sessions.c.created_at)
     ).all()
-    return [r.id for r in rows if r.owner in (None, me) or not owner_alive(r.owner)]
+    alive: dict[str, bool] = {}  # one /proc look-up per distinct owner, not per session
+
+    def free(owner: str | None) -> bool:
+        if owner is None or owner == me:
+            return True
+        if owner not in alive:
+            alive[owner] = owner_alive(owner)
+        return not alive[owner]
+
+    return [r.id for r in rows if free(r.owner)]

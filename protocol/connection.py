@@ -147,7 +147,8 @@ class AgentConnection:
         try:
             self.init = await self._start()
         except BaseException as exc:
-            await self._stack.aclose()
+            self._stopping = True
+            await self._close_stack()
             if isinstance(exc, asyncio.CancelledError):
                 raise
             if isinstance(exc, AgentStartFailed):

@@ -46,6 +46,7 @@ NEXT_EVENT_SEQ = (
 )
 _EVENT_COLS = ", ".join(c.name for c in events.columns if c.name != "id")
 INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?) RETURNING id"
+INSERT_EVENT_NO_RETURN = f"INSERT INTO events ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 def transition_sql(values: tuple[str, ...], allowed: int) -> str:

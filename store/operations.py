@@ -62,6 +62,13 @@ def _dumps(value: Any) -> str:
 # -- sessions ------------------------------------------------------------------------------
 
 
+_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool], str] = {}
+
+
+def _raw(conn: Connection) -> Any:
+    return conn.connection.driver_connection
+
+
 def transition_session(
     conn: Connection,
     session_id: str,
@@ -72,27 +79,37 @@ def transition_session(
     """Apply ``event`` to a session through the SQL guard; returns the new state.
 
     With ``epoch`` the write is fenced: it only applies while the session's epoch is still
-    the caller's, else ``StaleEpoch``.
+    the caller's, else ``StaleEpoch``. (Fixed SQL on the driver: this runs several times per
+    turn, see store/hot_sql.py for why.)
     """
-    current = queries.get_session(conn, session_id)
-    target = SESSION_MACHINE.next_state(current.state, event, subject=session_id)
-    allowed = [
+    raw = _raw(conn)
+    row = raw.execute(hot.SESSION_STATE, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    target = SESSION_MACHINE.next_state(SessionState(row[0]), event, subject=session_id)
+    allowed = sorted(
         s.value
         for s in SESSION_MACHINE.sources(event)
         if SESSION_MACHINE.transitions[(s, event)] == target
-    ]
-    stmt = (
-        update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.state.in_(allowed))
-        .values(state=target.value, updated_at=time.time(), **values)
     )
+    key = (tuple(values), len(allowed), epoch is not None)
+    sql = _SESSION_TRANSITION_SQL.get(key)
+    if sql is None:
+        sets = ", ".join(f"{name} = ?" for name in ("state", "updated_at", *values))
+        marks = ", ".join("?" for _ in allowed)
+        fence = " AND epoch = ?" if epoch is not None else ""
+        sql = f"UPDATE sessions SET {sets} WHERE id = ? AND state IN ({marks}){fence}"
+        _SESSION_TRANSITION_SQL[key] = sql
+    params: tuple[Any, ...] = (target.value, time.time(), *values.values(), session_id, *allowed)
     if epoch is not None:
-        stmt = stmt.where(sessions.c.epoch == epoch)
-    if conn.execute(stmt).rowcount != 1:
-        fresh = queries.get_session(conn, session_id)
-        if epoch is not None and fresh.epoch != epoch:
+        params = (*params, epoch)
+    if raw.execute(sql, params).rowcount != 1:
+        state, current_epoch = raw.execute(
+            "SELECT state, epoch FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if epoch is not None and current_epoch != epoch:
             raise StaleEpoch(session_id, epoch)
-        SESSION_MACHINE.next_state(fresh.state, event, subject=session_id)  # raises
+        SESSION_MACHINE.next_state(SessionState(state), event, subject=session_id)  # raises
     return target
 
 
@@ -445,6 +462,33 @@ def append_events(
     """Append at the next per-session seqs (strictly increasing, no gaps). A closed
     session's log is final (``SessionClosed``)."""
     return _append(ctx, session_id, command_id, new, refuse_closed=True)
+
+
+def append_frames(
+    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[tuple[str, str]]
+) -> int:
+    """The recorder's path: ``(kind, JSON text)`` pairs the caller already parsed (the raw tap
+    did), appended with one ``executemany`` and no records built. Returns the last seq."""
+    if not new:
+        return 0
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    last, state = row
+    if state == SessionState.CLOSED.value:
+        raise SessionClosed(session_id)
+    first = last - len(new) + 1
+    now = time.time()
+    raw.executemany(
+        hot.INSERT_EVENT_NO_RETURN,
+        [
+            (session_id, first + i, command_id, kind, text, now)
+            for i, (kind, text) in enumerate(new)
+        ],
+    )
+    ctx.event_sessions.add(session_id)
+    return int(last)
 
 
 _CHECKPOINT_POSITION = (

@@ -18,6 +18,7 @@ FAST = RuntimeSettings(
     turn_timeout_s=60,
     cancel_grace_s=2,
     sweep_interval_s=0.2,
+    discover_interval_s=0.5,
     agent_shutdown_timeout_s=1.0,
 )
 

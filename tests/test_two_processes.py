@@ -1,10 +1,13 @@
 """Two control-plane processes on one store never run one session at the same time.
 
 Process A (``tests/owner_driver.py``) owns a session and is in the middle of a long turn.
-This test process is B, on the same store: while A lives, B neither runs the session nor
-runs a prompt B itself queued for it. After a kill -9 of A, B takes the session over (new
-owner, higher fencing epoch), reruns the interrupted prompt and runs the follow-up; A's
-agent died with A.
+This test process is B, on the same store:
+
+- while A lives, B does not run the session: no actor, no agent, ownership and epoch
+  untouched, and a prompt B queued for it is run by A (after A's turn), not by B;
+- after a kill -9 of A, B takes the session over (B's owner id, a higher fencing epoch),
+  reruns the interrupted prompt and runs the follow-up, only after A died; A's agent died
+  with A (parent-death signal).
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from control_plane import CommandState, SessionState
+from control_plane import CommandState, ControlPlane, SessionState
 from store.ownership import owner_alive, this_owner
 from tests.cp_harness import invocations, open_cp
 
@@ -99,77 +103,132 @@ class _OwnerProcess:
         self.proc.wait(30)
 
 
-def test_a_session_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
-    # A long turn: A's prompt is still running when A is killed, whatever the load.
-    a = _OwnerProcess(tmp_path, "#chunks=60 #delay=100 a")
+@dataclass
+class _OwnedSession:
+    a: _OwnerProcess
+    owner: str
+    session_id: str
+    first_id: str
+    agent_pid: int
+
+
+def _start_a(work: Path, prompt: str) -> _OwnedSession:
+    a = _OwnerProcess(work, prompt)
     try:
-        a_owner = a.wait_line("owner")
-        sid = a.wait_line("session")
-        first_id = a.wait_line("command")
-        a_agent = int(a.wait_line("agent"))
+        owned = _OwnedSession(
+            a,
+            a.wait_line("owner"),
+            a.wait_line("session"),
+            a.wait_line("command"),
+            int(a.wait_line("agent")),
+        )
         a.wait_line("running")
-        assert owner_alive(a_owner)
+    except BaseException:
+        a.kill()
+        raise
+    assert owner_alive(owned.owner)
+    return owned
 
+
+class _Watch:
+    """Samples, in a thread, whether B has an actor for the session and which agent
+    processes B started."""
+
+    def __init__(self, b: ControlPlane, work: Path, session_id: str) -> None:
+        self.live_at: list[float] = []
+        self.agents: set[int] = set()
+        self._stop = threading.Event()
+
+        def run() -> None:
+            while not self._stop.is_set():
+                if session_id in b.supervisor.live_sessions():
+                    self.live_at.append(time.monotonic())
+                self.agents.update(_my_agents(work))
+                time.sleep(0.005)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def check(self) -> None:
+        assert not self.agents, f"B started agent processes {self.agents} for A's session"
+        span = self.live_at[-1] - self.live_at[0] if self.live_at else 0.0
+        assert not self.live_at, (
+            f"B had a live actor for A's session ({len(self.live_at)} samples over "
+            f"{span:.2f}s) while A was alive"
+        )
+
+
+def _b_keeps_off(b: ControlPlane, owned: _OwnedSession, epoch: int, seconds: float) -> None:
+    """For ``seconds`` (several of B's sweeps, every 0.2 s): A stays the owner."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        session = b.get(owned.session_id)
+        assert session.owner == owned.owner, session
+        assert session.epoch == epoch, session
+        time.sleep(0.05)
+    assert owned.a.proc.poll() is None, "A must still be alive here"
+
+
+def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> None:
+    prompt = "#chunks=40 #delay=100 a"
+    owned = _start_a(tmp_path, prompt)
+    sid = owned.session_id
+    try:
         with open_cp(tmp_path) as b:
-            me = this_owner()
-            assert me != a_owner
+            assert this_owner() != owned.owner
             before = b.get(sid)
-            assert before.owner == a_owner and before.state is SessionState.RUNNING
-            epoch_before = before.epoch
-
-            # Watch B's supervisor for the whole time A is alive.
-            seen_live_in_b: list[float] = []  # when B had an actor for the session
-            agents_of_b: set[int] = set()  # agent processes B started meanwhile
-            stop_watch = threading.Event()
-
-            def watch() -> None:
-                while not stop_watch.is_set():
-                    if sid in b.supervisor.live_sessions():
-                        seen_live_in_b.append(time.monotonic())
-                    agents_of_b.update(_my_agents(tmp_path))
-                    time.sleep(0.005)
-
-            watcher = threading.Thread(target=watch, daemon=True)
-            watcher.start()
+            assert before.owner == owned.owner
+            watch = _Watch(b, tmp_path, sid)
             try:
                 follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
-                deadline = time.monotonic() + 1.5  # several of B's sweeps (every 0.2 s)
-                while time.monotonic() < deadline:
-                    session = b.get(sid)
-                    assert session.owner == a_owner, session
-                    assert session.epoch == epoch_before, session
-                    assert b.command(follow_up.id).state is CommandState.QUEUED
-                    assert b.command(first_id).state is CommandState.RUNNING
-                    time.sleep(0.05)
-                assert a.proc.poll() is None, "A must still be alive here"
+                _b_keeps_off(b, owned, before.epoch, 1.5)
+                # A runs B's prompt after its own turn (its sweep wakes its live actor).
+                assert b.wait(owned.first_id, 60).ok
+                assert b.wait(follow_up.id, 60).ok
+                assert owned.a.proc.poll() is None
             finally:
-                stop_watch.set()
-                watcher.join()
-            assert not agents_of_b, f"B started agents {agents_of_b} for A's session"
-            assert not [
-                e
-                for e in b.events(sid)
-                if e.kind.startswith("agent_") and e.payload.get("pid") != a_agent
-            ]
-            live_for = seen_live_in_b[-1] - seen_live_in_b[0] if seen_live_in_b else 0.0
-            assert not seen_live_in_b, (
-                f"B had a live actor for A's session ({len(seen_live_in_b)} samples "
-                f"over {live_for:.2f}s) while A was alive"
-            )
-            assert [i["message"] for i in invocations(tmp_path)] == ["#chunks=60 #delay=100 a"]
+                watch.stop()
+            watch.check()
+            after = b.get(sid)
+            assert (after.owner, after.epoch) == (owned.owner, before.epoch)
+            starts = [e.payload["pid"] for e in b.events(sid) if e.kind == "agent_started"]
+            assert starts == [owned.agent_pid]
+            seen = [(i["message"], i["pid"]) for i in invocations(tmp_path)]
+            assert seen == [(prompt, owned.agent_pid), (FOLLOW_UP, owned.agent_pid)]
+    finally:
+        owned.a.kill()
+    _wait_for(lambda: not _pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
+
+
+def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) -> None:
+    # A long turn: A's prompt is still running when A is killed, whatever the load.
+    prompt = "#chunks=60 #delay=100 a"
+    owned = _start_a(tmp_path, prompt)
+    sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
+    try:
+        with open_cp(tmp_path) as b:
+            me = this_owner()
+            before = b.get(sid)
+            assert before.owner == owned.owner and before.state is SessionState.RUNNING
+            follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
+            _b_keeps_off(b, owned, before.epoch, 1.0)
+            assert b.command(first_id).state is CommandState.RUNNING, "A must be mid-turn"
+            assert b.command(follow_up.id).state is CommandState.QUEUED
 
             # A dies mid-turn; B takes over.
             killed_at = time.time()
-            a.kill()
+            owned.a.kill()
             _wait_for(lambda: not _pid_alive(a_agent), 10, "A's agent gone (pdeathsig)")
 
-            first = b.wait(first_id, 60)
-            assert first.state is CommandState.COMPLETED
+            assert b.wait(first_id, 60).state is CommandState.COMPLETED
             assert b.wait(follow_up.id, 60).state is CommandState.COMPLETED
-
             after = b.get(sid)
             assert after.owner == me
-            assert after.epoch > epoch_before
+            assert after.epoch > before.epoch
             assert sid in b.supervisor.live_sessions()
             assert b.command(first_id).attempts == 2
             assert b.command(follow_up.id).attempts == 1
@@ -178,23 +237,20 @@ def test_a_session_runs_in_one_process_at_a_time(tmp_path: Path) -> None:
             interrupted = [e for e in events if e.kind == "interrupted"]
             assert [e.payload["commandId"] for e in interrupted] == [first_id]
             assert interrupted[0].payload["willRetry"] is True
+            assert interrupted[0].created_at.timestamp() >= killed_at
             prompts = [e for e in events if e.kind == "prompt"]
             assert [e.command_id for e in prompts] == [first_id, first_id, follow_up.id]
-            # B began its runs only after A was dead: never two runs at once.
+            # B's runs began only after A was dead: never two runs at once.
             assert prompts[1].created_at.timestamp() >= killed_at
-            starts = [e for e in events if e.kind == "agent_started"]
-            assert len(starts) == 2 and starts[0].payload["pid"] == a_agent
-            b_agent = starts[1].payload["pid"]
+            starts = [e.payload["pid"] for e in events if e.kind == "agent_started"]
+            assert len(starts) == 2 and starts[0] == a_agent
+            b_agent = starts[1]
             assert b_agent != a_agent and _pid_alive(b_agent)
 
-            # What the agents themselves saw: A's agent ran the prompt once and was killed;
+            # What the agents themselves saw: A's agent got the prompt once and was killed;
             # B's agent reran it, then the follow-up. A never ran the follow-up.
             seen = [(i["message"], i["pid"]) for i in invocations(tmp_path)]
-            assert seen == [
-                ("#chunks=60 #delay=100 a", a_agent),
-                ("#chunks=60 #delay=100 a", b_agent),
-                (FOLLOW_UP, b_agent),
-            ]
+            assert seen == [(prompt, a_agent), (prompt, b_agent), (FOLLOW_UP, b_agent)]
         _wait_for(lambda: not _pid_alive(b_agent), 10, "B's agent stopped by B's close")
     finally:
-        a.kill()
+        owned.a.kill()

@@ -1,0 +1,527 @@
+"""Per-turn overhead of ``acpctl serve`` against the SDK client talking to the agent directly,
+and the throughput of ``acpctl batch`` at several ``-j``.
+
+What is measured
+----------------
+(a) *Serve*: one ``#chunks=N`` turn (default 100) of the bundled example agent, driven by the
+SDK's client (``acp.spawn_agent_process``) through one ``acpctl serve`` process (its own
+store file, ``synchronous=FULL`` by default, the example agent as its backend). The turn goes
+client -> serve -> durable command -> actor -> backend agent; every ``session/update`` is
+written to the store and streamed back to the client from the event log.
+
+*Baseline*: the same SDK client talking to one example agent process directly.
+
+Each side has one process and one session, started, initialized and given ``--warmup``
+untimed turns before the clock starts (serve starts its backend agent when the session is created;
+the first turn may wait for that).
+The sides are then interleaved turn by turn (the order alternates every round) so that they
+see the same noise of a shared machine. A turn is timed around ``conn.prompt`` on one asyncio
+loop. The client counts the ``agent_message_chunk`` updates of each turn: all N must have
+arrived before the response, on both sides (checked every turn). The report gives medians
+(ms per turn), min/max, the *ratio of medians* (serve / direct) and the median of the per-round
+paired ratios. The issue's target: at most 1.3x.
+
+(b) *Batch*: tasks/s of ``acpctl batch TASKS.jsonl --agent <example agent> -j J`` for J in
+1, 8 and 32: ``--tasks`` tasks (default 32) of ``#chunks=5``, each run as a subprocess on a
+fresh store in its own temporary directory, timed as the wall time of the whole command
+(interpreter start, store creation, every task, results file). Every task is its own session
+and so starts its own agent process (about 1.3 s of CPU for the example agent on a slow
+2-core machine): that dominates, and ``-j`` above the number of cores cannot help much. The
+CPU seconds per task (the command and all its descendants, from ``RUSAGE_CHILDREN``) are
+reported next to the rate.
+
+Run from the repository root::
+
+    python bench/serve_overhead.py                 # 30 turns per side + batch: ~2-3 minutes
+    python bench/serve_overhead.py --turns 40 --skip-batch
+    python bench/serve_overhead.py --tasks 16 --json > serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
+from acp.client.connection import ClientSideConnection  # noqa: E402
+from acp.schema import ClientCapabilities  # noqa: E402
+
+from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+
+DEFAULT_TURNS = 30
+DEFAULT_WARMUP = 3
+DEFAULT_CHUNKS = 100
+DEFAULT_TASKS = 32
+DEFAULT_JOBS = (1, 8, 32)
+BATCH_CHUNKS = 5
+TARGET_RATIO = 1.3
+START_TIMEOUT_S = 120.0
+TURN_TIMEOUT_S = 60.0
+BATCH_TIMEOUT_S = 1800.0
+
+SERVE = "serve"
+DIRECT = "direct"
+LABELS = {SERVE: "acpctl serve (store)", DIRECT: "SDK client -> agent"}
+
+
+def example_agent_argv(state_file: str) -> list[str]:
+    return [sys.executable, "-m", "protocol.example_agent", "--state-file", state_file]
+
+
+def acpctl_argv(db: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "control_plane.cli", "--db", db, *args]
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    """The caller's environment, minus any user configuration of acpctl (an empty config
+    file; no ACPCTL_* overrides), with the repository importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    config = os.path.join(workdir, "empty-config.toml")
+    if not os.path.exists(config):
+        with open(config, "w", encoding="utf-8"):
+            pass
+    env["ACPCTL_CONFIG"] = config
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + path if path else "")
+    return env
+
+
+# -- (a) per-turn overhead -------------------------------------------------------------------
+
+
+class CountingClient:
+    """Counts the ``agent_message_chunk`` updates it receives (per turn: reset before it)."""
+
+    def __init__(self) -> None:
+        self.chunks = 0
+        self.other = 0
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        if getattr(update, "session_update", None) == "agent_message_chunk":
+            self.chunks += 1
+        else:
+            self.other += 1
+
+    async def request_permission(self, *_: Any, **__: Any) -> Any:
+        raise RuntimeError("a '#chunks=N' turn asks no permission")
+
+
+@dataclass
+class Side:
+    name: str
+    client: CountingClient
+    conn: ClientSideConnection
+    session_id: str
+    times_ms: list[float] = field(default_factory=list)
+
+
+async def start_side(
+    stack: AsyncExitStack, name: str, argv: list[str], workdir: str, env: dict[str, str]
+) -> Side:
+    client = CountingClient()
+    stderr = stack.enter_context(open(os.path.join(workdir, f"{name}.stderr.log"), "ab"))  # noqa: SIM115
+    conn, _process = await stack.enter_async_context(
+        spawn_agent_process(
+            client,  # type: ignore[arg-type]  # duck-typed client
+            argv[0],
+            *argv[1:],
+            env=env,
+            cwd=workdir,
+            transport_kwargs={"stderr": stderr.fileno(), "shutdown_timeout": 5.0},
+            use_unstable_protocol=True,
+        )
+    )
+    await conn.initialize(
+        protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+    )
+    session = await conn.new_session(cwd=workdir, mcp_servers=[])
+    return Side(name, client, conn, session.session_id)
+
+
+async def run_turn(side: Side, text: str, chunks: int) -> float:
+    """One prompt turn; ms. Raises unless ``end_turn`` with exactly ``chunks`` chunks before
+    the response."""
+    side.client.chunks = 0
+    start = now()
+    response = await asyncio.wait_for(
+        side.conn.prompt(session_id=side.session_id, prompt=[text_block(text)]), TURN_TIMEOUT_S
+    )
+    elapsed = (now() - start) * 1000.0
+    if response.stop_reason != "end_turn":
+        raise RuntimeError(f"{side.name}: turn ended with {response.stop_reason!r}")
+    if side.client.chunks != chunks:
+        raise RuntimeError(
+            f"{side.name}: {side.client.chunks} agent_message_chunk updates before the "
+            f"response, expected {chunks}"
+        )
+    return elapsed
+
+
+async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
+    text = f"#chunks={chunks}"
+    env = child_env(workdir)
+    backend = shlex.join(example_agent_argv(os.path.join(workdir, "serve-agent-state.json")))
+    serve_argv = acpctl_argv(os.path.join(workdir, "serve.db"), "serve", "--agent", backend)
+    direct_argv = example_agent_argv(os.path.join(workdir, "direct-agent-state.json"))
+    async with AsyncExitStack() as stack:
+        progress("starting acpctl serve and the direct agent (~1.5-3 s each)")
+        start = now()
+        serve = await asyncio.wait_for(
+            start_side(stack, SERVE, serve_argv, workdir, env), START_TIMEOUT_S
+        )
+        serve_ready = now() - start
+        start = now()
+        direct = await asyncio.wait_for(
+            start_side(stack, DIRECT, direct_argv, workdir, env), START_TIMEOUT_S
+        )
+        direct_ready = now() - start
+        sides = [serve, direct]
+        first_turn_ms: dict[str, float] = {}
+        for side in sides:
+            for i in range(warmup):
+                elapsed = await run_turn(side, text, chunks)
+                if i == 0:
+                    first_turn_ms[side.name] = elapsed
+        for r in range(turns):
+            order = sides if r % 2 == 0 else sides[::-1]
+            for side in order:
+                side.times_ms.append(await run_turn(side, text, chunks))
+            if (r + 1) % 10 == 0 or r + 1 == turns:
+                progress(
+                    f"turn {r + 1}/{turns}: "
+                    + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
+                )
+        return {
+            "sides": {s.name: s.times_ms for s in sides},
+            "ready_s": {SERVE: serve_ready, DIRECT: direct_ready},
+            "first_warmup_turn_ms": first_turn_ms,
+        }
+
+
+def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
+    times: dict[str, list[float]] = raw["sides"]
+    direct = times[DIRECT]
+    direct_median = median(direct)
+    out: dict[str, Any] = {
+        "ready_s": raw["ready_s"],
+        "first_warmup_turn_ms": raw["first_warmup_turn_ms"],
+        "sides": {},
+    }
+    for name, values in times.items():
+        paired = [a / b for a, b in zip(values, direct, strict=True)]
+        out["sides"][name] = {
+            "label": LABELS[name],
+            "median_ms": median(values),
+            "min_max_ms": spread(values),
+            "ratio_of_medians": median(values) / direct_median,
+            "median_paired_ratio": median(paired),
+            "times_ms": values,
+        }
+    ratio = out["sides"][SERVE]["ratio_of_medians"]
+    out["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
+    return out
+
+
+# -- (b) batch throughput --------------------------------------------------------------------
+
+
+@dataclass
+class BatchRun:
+    jobs: int
+    tasks: int
+    seconds: float
+    cpu_s: float
+    ok: int
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds if self.seconds > 0 else float("nan")
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_batch(parent: str, jobs: int, tasks: int, chunks: int) -> BatchRun:
+    """One ``acpctl batch`` subprocess on a fresh store in a fresh directory."""
+    workdir = tempfile.mkdtemp(prefix=f"batch-j{jobs}-", dir=parent)
+    try:
+        tasks_path = os.path.join(workdir, "tasks.jsonl")
+        with open(tasks_path, "w", encoding="utf-8") as fh:
+            for i in range(tasks):
+                fh.write(json.dumps({"id": f"t{i:04d}", "prompt": f"#chunks={chunks} task {i}"}))
+                fh.write("\n")
+        results = os.path.join(workdir, "results.jsonl")
+        agent = shlex.join(example_agent_argv(os.path.join(workdir, "agent-state.json")))
+        argv = acpctl_argv(
+            os.path.join(workdir, "cp.db"),
+            "batch",
+            tasks_path,
+            "--agent",
+            agent,
+            "-j",
+            str(jobs),
+            "--out",
+            results,
+            "--json",
+        )
+        env = child_env(workdir)
+        cpu_before = _children_cpu()
+        with open(os.path.join(workdir, "batch.stderr.log"), "wb") as log:
+            start = now()
+            done = subprocess.run(
+                argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                timeout=BATCH_TIMEOUT_S,
+                check=False,
+            )
+            elapsed = now() - start
+        cpu = _children_cpu() - cpu_before
+        if done.returncode != 0:
+            with open(os.path.join(workdir, "batch.stderr.log"), encoding="utf-8") as fh:
+                tail = fh.read()[-2000:]
+            raise RuntimeError(f"acpctl batch -j {jobs} exited {done.returncode}:\n{tail}")
+        with open(results, encoding="utf-8") as fh:
+            rows = [json.loads(line) for line in fh if line.strip()]
+        ok = sum(1 for row in rows if row.get("status") == "ok")
+        if len(rows) != tasks or ok != tasks:
+            raise RuntimeError(f"acpctl batch -j {jobs}: {ok} ok of {len(rows)} rows, {tasks}")
+        return BatchRun(jobs=jobs, tasks=tasks, seconds=elapsed, cpu_s=cpu, ok=ok)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cli_start_s(parent: str) -> float:
+    """Wall time of ``acpctl --help`` (interpreter + CLI imports), the fixed cost of a run."""
+    env = child_env(parent)
+    start = now()
+    subprocess.run(
+        [sys.executable, "-m", "control_plane.cli", "--help"],
+        cwd=parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        timeout=120,
+    )
+    return now() - start
+
+
+def measure_batch(parent: str, jobs: list[int], tasks: int) -> dict[str, Any]:
+    runs: list[BatchRun] = []
+    cli = cli_start_s(parent)
+    for j in jobs:
+        progress(f"acpctl batch: {tasks} tasks of '#chunks={BATCH_CHUNKS}' at -j {j}")
+        run = run_batch(parent, j, tasks, BATCH_CHUNKS)
+        progress(
+            f"  -j {j}: {run.seconds:.1f} s, {run.rate:.2f} tasks/s, "
+            f"{run.cpu_s / run.tasks:.2f} CPU s/task"
+        )
+        runs.append(run)
+    return {
+        "chunks_per_task": BATCH_CHUNKS,
+        "tasks": tasks,
+        "cli_start_s": cli,
+        "runs": [
+            {
+                "jobs": r.jobs,
+                "tasks": r.tasks,
+                "seconds": r.seconds,
+                "tasks_per_s": r.rate,
+                "cpu_s": r.cpu_s,
+                "cpu_s_per_task": r.cpu_s / r.tasks,
+                "ok": r.ok,
+            }
+            for r in runs
+        ],
+    }
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def print_report(report: dict[str, Any]) -> None:
+    cfg, mach = report["config"], report["machine"]
+    print(
+        f"acpctl serve overhead: one '#chunks={cfg['chunks']}' turn of the example agent\n"
+        f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved\n"
+        f"Python {mach['python']}, SQLite {mach['sqlite']}, {mach['cpus']} CPUs, "
+        f"{mach['platform']}"
+    )
+    print()
+    turns = report["turns"]
+    header = f"{'':<26}{'median ms':>11}{'min':>9}{'max':>9}{'vs direct':>11}{'paired':>9}"
+    print(header)
+    print("-" * len(header))
+    for entry in turns["sides"].values():
+        lo, hi = entry["min_max_ms"]
+        print(
+            f"{entry['label']:<26}{entry['median_ms']:>11.2f}{lo:>9.2f}{hi:>9.2f}"
+            f"{entry['ratio_of_medians']:>10.3f}x{entry['median_paired_ratio']:>8.3f}x"
+        )
+    print()
+    print(
+        "vs direct = ratio of medians (ms per turn / direct client's); paired = median of the "
+        "per-round ratios"
+    )
+    ready, first = turns["ready_s"], turns["first_warmup_turn_ms"]
+    print(
+        f"start to session ready: serve {ready[SERVE]:.2f} s, direct {ready[DIRECT]:.2f} s; "
+        f"first (untimed) turn: serve {first.get(SERVE, float('nan')):.0f} ms "
+        f"(may wait for its backend agent, started at session/new), "
+        f"direct {first.get(DIRECT, float('nan')):.0f} ms"
+    )
+    target = turns["target"]
+    verdict = "MET" if target["met"] else "NOT MET"
+    print(
+        f"target: serve <= {target['max_ratio']:.2f}x the direct client: "
+        f"{verdict} ({target['ratio']:.3f}x)"
+    )
+    batch = report.get("batch")
+    if batch is not None:
+        print()
+        print(
+            f"acpctl batch: {batch['tasks']} tasks of '#chunks={batch['chunks_per_task']}', "
+            f"example agent, fresh store per run; wall time of the whole command"
+        )
+        header = f"{'':<10}{'seconds':>10}{'tasks/s':>10}{'CPU s/task':>12}{'vs -j first':>13}"
+        print(header)
+        print("-" * len(header))
+        base = batch["runs"][0]["tasks_per_s"] if batch["runs"] else float("nan")
+        for run in batch["runs"]:
+            label = f"-j {run['jobs']}"
+            print(
+                f"{label:<10}{run['seconds']:>10.2f}{run['tasks_per_s']:>10.2f}"
+                f"{run['cpu_s_per_task']:>12.2f}{run['tasks_per_s'] / base:>12.2f}x"
+            )
+        print()
+        print(
+            f"each task starts its own agent process; CPU s/task counts the command and all "
+            f"its descendants. `acpctl --help` alone takes {batch['cli_start_s']:.2f} s."
+        )
+    print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _jobs_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
+    return values
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="ms per '#chunks=N' turn through acpctl serve against the SDK client "
+        "talking to the agent directly (interleaved), and acpctl batch tasks/s at several -j."
+    )
+    parser.add_argument(
+        "--turns",
+        type=_positive_int,
+        default=DEFAULT_TURNS,
+        help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        default=DEFAULT_WARMUP,
+        help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
+    )
+    parser.add_argument(
+        "--chunks",
+        type=_non_negative_int,
+        default=DEFAULT_CHUNKS,
+        help=f"message chunks per timed turn (default {DEFAULT_CHUNKS})",
+    )
+    parser.add_argument(
+        "--tasks",
+        type=_positive_int,
+        default=DEFAULT_TASKS,
+        help=f"tasks per batch run (default {DEFAULT_TASKS})",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs_list,
+        default=list(DEFAULT_JOBS),
+        help="comma-separated -j values for the batch runs (default 1,8,32)",
+    )
+    parser.add_argument("--skip-batch", action="store_true", help="measure only the turns")
+    parser.add_argument(
+        "--dir", default=None, help="where to create the temporary directory (default /tmp)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.dir is not None and not os.path.isdir(args.dir):
+        print(f"--dir {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    workdir = tempfile.mkdtemp(prefix="acp-serve-bench-", dir=args.dir)
+    try:
+        raw_turns = asyncio.run(measure_turns(workdir, args.turns, args.warmup, args.chunks))
+        batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report: dict[str, Any] = {
+        "config": {
+            "turns": args.turns,
+            "warmup": args.warmup,
+            "chunks": args.chunks,
+            "tasks": args.tasks,
+            "jobs": args.jobs,
+            "skip_batch": args.skip_batch,
+            "dir": workdir,
+        },
+        "machine": machine_info(),
+        "turns": summarise_turns(raw_turns),
+        "batch": batch,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        print()
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
