@@ -16,11 +16,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from tenacity import RetryCallState, wait_random_exponential
 
+from actors.announce import AnnounceSink
 from actors.sinks import CallbackSink, JsonlFileSink, Sink
 from state_machines import ControlPlaneError
 from store import BindingRecord, EventRecord, SinkKind, Store
@@ -37,9 +38,15 @@ class SinkUnavailable(ControlPlaneError):
 
 class DeliveryService:
     def __init__(
-        self, store: Store, workers: int = 4, max_backoff_s: float = 30.0, batch_size: int = BATCH
+        self,
+        store: Store,
+        workers: int = 4,
+        max_backoff_s: float = 30.0,
+        batch_size: int = BATCH,
+        on_parent_work: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
+        self.on_parent_work = on_parent_work  # an announce queued a prompt for this parent
         self._batch_size = batch_size
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="delivery")
         self._lock = threading.Condition()
@@ -183,6 +190,12 @@ class DeliveryService:
                 if path not in self._files:
                     self._files[path] = JsonlFileSink(path)
                 sink = self._files[path]
+        elif binding.sink_kind is SinkKind.PARENT:
+            child = self._store.get_session(binding.session_id)
+            as_prompt = bool(child.metadata.get("announcePrompt", True))
+            sink = _WakingAnnounceSink(
+                AnnounceSink(self._store, binding.session_id, binding.target, as_prompt), self
+            )
         elif binding.sink_kind is SinkKind.CALLBACK:
             with self._lock:
                 fn = self._callbacks.get(binding.target)
@@ -193,3 +206,21 @@ class DeliveryService:
             raise SinkUnavailable(f"unknown sink kind {binding.sink_kind}")
         self._sinks[binding.id] = sink
         return sink
+
+
+class _WakingAnnounceSink:
+    """An ``AnnounceSink`` that tells the supervisor when a parent got a follow-up."""
+
+    def __init__(self, inner: AnnounceSink, service: DeliveryService) -> None:
+        self.inner = inner
+        self.service = service
+
+    def deliver(self, events: Sequence[EventRecord]) -> None:
+        self.inner.deliver(events)
+        while self.inner.parents_notified:
+            parent = self.inner.parents_notified.pop()
+            if self.service.on_parent_work is not None:
+                self.service.on_parent_work(parent)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -68,6 +68,7 @@ class ActorDeps:
     settings: RuntimeSettings
     on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
+    notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -163,8 +164,9 @@ class SessionActor(pykka.ThreadingActor):
             self.deps.slots.release(self.session_id)
             return
         collect = session.queue_mode == "collect"
+        cap = self.deps.settings.max_running_children if session.parent_id else None
         claimed = self.store.write(
-            lambda ctx: turns.begin_next(ctx, self.session_id, self.epoch, collect)
+            lambda ctx: turns.begin_next(ctx, self.session_id, self.epoch, collect, cap)
         )
         if not claimed:
             self.deps.slots.release(self.session_id)
@@ -262,6 +264,9 @@ class SessionActor(pykka.ThreadingActor):
         self.recorder.command_id = None
         if self.closing:
             return
+        session = self.store.get_session(self.session_id)
+        if session.parent_id is not None:
+            self._wake_siblings(session.parent_id)
         if message.error is not None or message.result is None:
             error = str(message.error) or type(message.error).__name__
             self.store.write(
@@ -272,6 +277,10 @@ class SessionActor(pykka.ThreadingActor):
             self._stop_agent(kill=True)
         else:
             self._record_outcome(message.command_ids, message.result)
+            if session.metadata.get("mode") == "run":
+                self.deps.slots.release(self.session_id)
+                self._close("the run finished")  # mode=run: one turn, then closed
+                return
         self._continue()
 
     def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
@@ -348,6 +357,13 @@ class SessionActor(pykka.ThreadingActor):
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _wake_siblings(self, parent_id: str) -> None:
+        """A child finished a turn: a sibling held back by max_running_children may go."""
+        siblings = self.store.list_sessions(parent_id=parent_id, limit=10_000)
+        for sibling in siblings:
+            if sibling.id != self.session_id and sibling.state is not SessionState.CLOSED:
+                self.deps.notify(sibling.id)
 
     def _notice_other_processes(self) -> None:
         """Another process (``acpctl sessions cancel|close``) can only change the store; the

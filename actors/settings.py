@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
+from store import SubagentLimits
 
 
 def default_log_dir() -> str:
@@ -17,6 +18,10 @@ def default_log_dir() -> str:
 class RuntimeSettings:
     # Running turns across the process (sessions waiting for a slot hold no thread).
     max_running_turns: int = 16
+    # Session trees: depth and open children are checked at spawn (LimitExceeded); children
+    # of one parent beyond max_running_children wait in the queue.
+    subagent_limits: SubagentLimits = field(default_factory=SubagentLimits)
+    max_running_children: int = 4
     # A turn longer than this is cancelled; None disables the timeout.
     turn_timeout_s: float | None = 600.0
     # After a cancel (user or timeout), how long the agent gets before it is killed.

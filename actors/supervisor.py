@@ -27,6 +27,7 @@ from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
 from state_machines import CommandState, SessionState
 from store import RecoveryReport, Store
+from store import operations as ops
 from store.ownership import owner_alive, this_owner
 from store.schema import commands, sessions
 
@@ -49,6 +50,7 @@ class Supervisor:
             settings,
             self._forget,
             threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
+            self.notify,
         )
         self._stopping = threading.Event()
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
@@ -60,6 +62,9 @@ class Supervisor:
 
     def start(self) -> RecoveryReport:
         self.recovery = self.store.recover(self.me)
+        orphans = self.store.write(ops.close_orphans)
+        if orphans:
+            log.warning("closed %d sessions whose parent was closed: %s", len(orphans), orphans)
         self._started = True
         self._discover()
         self._sweeper.start()

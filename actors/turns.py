@@ -18,11 +18,22 @@ from store.schema import sessions
 
 
 def begin_next(
-    ctx: WriteContext, session_id: str, epoch: int, collect: bool
+    ctx: WriteContext,
+    session_id: str,
+    epoch: int,
+    collect: bool,
+    max_running_children: int | None = None,
 ) -> list[CommandRecord]:
     """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
-    merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``."""
+    merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``.
+    A child whose parent already has ``max_running_children`` running claims nothing (it
+    stays queued; the single writer makes this check race-free)."""
     ops.check_epoch(ctx.conn, session_id, epoch)
+    if (
+        max_running_children is not None
+        and _siblings_running(ctx, session_id) >= max_running_children
+    ):
+        return []
     first = ops.claim_next(ctx, session_id)
     if first is None:
         return []
@@ -42,6 +53,19 @@ def begin_next(
             payload["commandIds"] = [c.id for c in claimed]
         ops.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
     return claimed
+
+
+def _siblings_running(ctx: WriteContext, session_id: str) -> int:
+    parent = ctx.raw.execute(
+        "SELECT parent_id FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if parent is None or parent[0] is None:
+        return 0
+    (count,) = ctx.raw.execute(
+        "SELECT count(*) FROM sessions WHERE parent_id = ? AND id != ? AND state IN (?, ?)",
+        (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
+    ).fetchone()
+    return int(count)
 
 
 def finish_turn(

@@ -23,7 +23,7 @@ from control_plane.queue_modes import QueueMode
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
 from protocol.transcript import TranscriptSession, write_transcript
-from state_machines import SessionState
+from state_machines import TURN_STATES, SessionState
 from store import (
     AgentSpec,
     BindingRecord,
@@ -87,6 +87,7 @@ class ControlPlane:
             delivery.start()
             loop = ProtocolLoop()
             supervisor = Supervisor(store, loop, settings)
+            delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
             if run_sessions:
                 supervisor.start()
         except BaseException:
@@ -131,31 +132,54 @@ class ControlPlane:
         idempotency_key: str | None = None,
         queue_mode: QueueMode | str = QueueMode.FOLLOWUP,
         metadata: dict[str, Any] | None = None,
+        parent: str | None = None,
+        mode: str = "session",
+        announce: bool = True,
+        announce_as_prompt: bool = True,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
 
         The same ``idempotency_key`` with the same arguments returns the first spawn; with
         other arguments it raises ``IdempotencyConflict``.
+
+        With ``parent`` the session is a child (subagent): limits are checked
+        (``LimitExceeded`` names the limit), ``mode="run"`` closes it after its first turn,
+        ``mode="session"`` keeps it for follow-ups, and with ``announce`` every finished run
+        is announced to the parent exactly once (an ``announce`` event, and with
+        ``announce_as_prompt`` a follow-up prompt for the parent).
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
-        if jsonl_sink is not None and callback_sink is not None:
-            raise ValueError("give at most one of jsonl_sink and callback_sink")
+        sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]
+        if len(sinks) > 1 or (sinks and parent is not None and announce):
+            raise ValueError("a spawn takes one binding: a sink, or the parent announce")
+        if mode not in ("run", "session"):
+            raise ValueError("mode must be 'run' or 'session'")
         binding: BindingSpec | None = None
         if jsonl_sink is not None:
             binding = BindingSpec(SinkKind.JSONL, os.path.abspath(os.fspath(jsonl_sink)))
         elif callback_sink is not None:
             binding = BindingSpec(SinkKind.CALLBACK, callback_sink)
+        elif parent is not None and announce:
+            binding = BindingSpec(SinkKind.PARENT, parent)
+        meta = dict(metadata or {})
+        if parent is not None:
+            meta.update({"mode": mode, "announcePrompt": announce_as_prompt})
         result = self.store.spawn(
             spec,
             os.path.abspath(os.fspath(cwd if cwd is not None else os.getcwd())),
             binding,
             None if prompt is None else prompt_blocks(prompt),
             idempotency_key,
-            metadata=metadata,
+            parent_id=parent,
+            metadata=meta,
             queue_mode=QueueMode(queue_mode).value,
+            limits=self.supervisor.settings.subagent_limits,
         )
         self.supervisor.notify(result.session.id)
         return result
+
+    def children(self, session_id: str) -> list[SessionRecord]:
+        return self.store.list_sessions(parent_id=session_id, limit=10_000)
 
     def prompt(
         self,
@@ -224,16 +248,29 @@ class ControlPlane:
 
     def cancel(self, session_id: str, *, include_queued: bool = False) -> SessionState:
         """Cancel the running turn (its command ends ``cancelled``); with ``include_queued``
-        also every queued command. Idempotent."""
+        also every queued command. Running descendants are cancelled too. Idempotent."""
         state = self.store.cancel(session_id, include_queued)
         self.supervisor.cancel_turn(session_id)
+        for child_id in self.store.read(lambda c: ops.descendants(c, session_id)):
+            if self.store.get_session(child_id).state in TURN_STATES:
+                self.store.cancel(child_id)
+                self.supervisor.cancel_turn(child_id)
         return state
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
-        """Close for good: the agent is stopped, open commands are cancelled."""
+        """Close for good: the agent is stopped, open commands are cancelled; then every
+        descendant, parents before children, so no announce lands in a closed parent (a
+        crash in between is finished by recovery, which closes orphans)."""
+        descendants = self.store.read(lambda c: ops.descendants(c, session_id))
+        self._close_one(session_id, reason)
+        for child_id in descendants:
+            if self.store.get_session(child_id).state is not SessionState.CLOSED:
+                self._close_one(child_id, "parent session closed")
+        return self.store.get_session(session_id)
+
+    def _close_one(self, session_id: str, reason: str) -> None:
         if not self.supervisor.close(session_id, reason):
             self.store.close_session(session_id, reason)
-        return self.store.get_session(session_id)
 
     # -- reading -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from store.records import (
     SessionRecord,
     SinkKind,
     SpawnResult,
+    SubagentLimits,
 )
 from store.store import Store, StoreOptions
 from store.writer import WriteContext
@@ -39,6 +40,7 @@ __all__ = [
     "SpawnResult",
     "Store",
     "StoreOptions",
+    "SubagentLimits",
     "Synchronous",
     "WriteContext",
 ]

@@ -26,7 +26,13 @@ from state_machines import (
     SessionNotFound,
     SessionState,
 )
-from state_machines.errors import CheckpointError, CommandNotFound, OwnedElsewhere, StaleEpoch
+from state_machines.errors import (
+    CheckpointError,
+    CommandNotFound,
+    LimitExceeded,
+    OwnedElsewhere,
+    StaleEpoch,
+)
 from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
@@ -44,6 +50,7 @@ from store.records import (
     RecoveryReport,
     SessionRecord,
     SpawnResult,
+    SubagentLimits,
 )
 from store.schema import bindings, commands, delivery_checkpoints, sessions
 from store.writer import WriteContext
@@ -124,8 +131,12 @@ def spawn(
     metadata: dict[str, Any] | None = None,
     queue_mode: str = "followup",
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    limits: SubagentLimits | None = None,
 ) -> SpawnResult:
-    """Session row + binding + first command (+ ``session_created`` event): all or none."""
+    """Session row + binding + first command (+ ``session_created`` event): all or none.
+
+    With ``parent_id`` the session is a child: the parent must be open, and ``limits``
+    (depth, open children) are checked in this same transaction (``LimitExceeded``)."""
     conn = ctx.conn
     request = {
         "agent": agent.to_json(),
@@ -149,7 +160,7 @@ def spawn(
 
     depth = 0
     if parent_id is not None:
-        depth = queries.get_session(conn, parent_id).depth + 1
+        depth = _check_child_limits(conn, parent_id, limits or SubagentLimits())
     now = time.time()
     session_id = new_id()
     conn.execute(
@@ -186,6 +197,34 @@ def spawn(
         )
     fault_point("spawn.after_command")
     return SpawnResult(queries.get_session(conn, session_id), binding_record, command, True)
+
+
+def _check_child_limits(conn: Connection, parent_id: str, limits: SubagentLimits) -> int:
+    parent = queries.get_session(conn, parent_id)
+    if parent.state is SessionState.CLOSED:
+        raise SessionClosed(parent_id)
+    depth = parent.depth + 1
+    if depth > limits.max_depth:
+        raise LimitExceeded(
+            "max_depth", limits.max_depth, f"a child of {parent_id} would be at depth {depth}"
+        )
+    open_children = int(
+        conn.execute(
+            select(func.count())
+            .select_from(sessions)
+            .where(
+                sessions.c.parent_id == parent_id,
+                sessions.c.state != SessionState.CLOSED.value,
+            )
+        ).scalar_one()
+    )
+    if open_children >= limits.max_children:
+        raise LimitExceeded(
+            "max_children",
+            limits.max_children,
+            f"session {parent_id} already has {open_children} open children",
+        )
+    return depth
 
 
 def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
@@ -513,6 +552,45 @@ def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
     if seq > current:
         ctx.raw.execute(_CHECKPOINT_MOVE, (seq, time.time(), binding_id))
     return seq
+
+
+# -- session trees -------------------------------------------------------------------------
+
+
+def descendants(conn: Connection, session_id: str) -> list[str]:
+    """Every session below ``session_id``, parents before their children."""
+    found: list[str] = []
+    frontier = [session_id]
+    while frontier:
+        children = list(
+            conn.execute(
+                select(sessions.c.id)
+                .where(sessions.c.parent_id.in_(frontier))
+                .order_by(sessions.c.created_at)
+            ).scalars()
+        )
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def close_orphans(ctx: WriteContext) -> list[str]:
+    """Open sessions whose parent is closed (a crash between closing a parent and its
+    children): closed now, as the cascade would have."""
+    parent = sessions.alias("parent")
+    orphans = list(
+        ctx.conn.execute(
+            select(sessions.c.id)
+            .join(parent, parent.c.id == sessions.c.parent_id)
+            .where(
+                parent.c.state == SessionState.CLOSED.value,
+                sessions.c.state != SessionState.CLOSED.value,
+            )
+        ).scalars()
+    )
+    for session_id in orphans:
+        close(ctx, session_id, "parent session closed")
+    return orphans
 
 
 # -- ownership -----------------------------------------------------------------------------

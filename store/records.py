@@ -25,6 +25,7 @@ class CommandKind(StrEnum):
 class SinkKind(StrEnum):
     CALLBACK = "callback"  # an in-process function registered under ``target``
     JSONL = "jsonl"  # an append-only JSONL file at path ``target``
+    PARENT = "parent"  # announce the session's run outcomes into parent session ``target``
 
 
 def utc(ts: float) -> datetime:
@@ -58,6 +59,14 @@ class BindingSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {"sinkKind": self.sink_kind.value, "target": self.target}
+
+
+@dataclass(frozen=True)
+class SubagentLimits:
+    """Limits on session trees (checked inside the spawn transaction)."""
+
+    max_depth: int = 2  # a root is depth 0; its children 1; grandchildren 2
+    max_children: int = 5  # open (not closed) children per session
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from store.records import (
     RecoveryReport,
     SessionRecord,
     SpawnResult,
+    SubagentLimits,
 )
 from store.retry import retry_on_lock
 from store.writer import GroupCommitWriter, WriteContext
@@ -188,6 +189,7 @@ class Store:
         parent_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         queue_mode: str = "followup",
+        limits: SubagentLimits | None = None,
     ) -> SpawnResult:
         return self.write(
             lambda ctx: ops.spawn(
@@ -201,6 +203,7 @@ class Store:
                 metadata=metadata,
                 queue_mode=queue_mode,
                 max_attempts=self.options.max_attempts,
+                limits=limits,
             )
         )
 

@@ -9,7 +9,7 @@ many times, then left to finish. Whatever the moment of each kill, at the end:
   running or cancelling;
 - every JSONL sink holds its session's events exactly once, in seq order;
 - every session exports to a valid JSONL v3 transcript;
-- no agent process outlived the driver that started it.
+- no agent process outlived the driver that started it (checked after every kill).
 
 The seed is printed (``CRASH_LOOP_SEED=<n>`` reruns a failure's exact kill schedule).
 """
@@ -206,6 +206,10 @@ def run_crash_loop(
             break
         figures.kills += 1
         figures.kills_by_mode[mode] += 1
+        # The kernel kills a dead driver's agents (parent-death signal): none may linger
+        # into the next life, where a second agent could run the same session.
+        leftover = _no_agents_left(work, timeout=5.0)
+        assert not leftover, f"agents outlived the killed driver: {leftover}"
     else:
         life = figures.lives
         figures.lives += 1
@@ -359,7 +363,7 @@ def test_crash_loop(tmp_path: Path) -> None:
     print(f"crash-loop seed={seed} (rerun with CRASH_LOOP_SEED={seed})")
     # Sized for a 2-CPU runner: each driver life pays for the driver's and 4 agents' Python
     # start-up (the agents import the ACP SDK), so most lives are 4-8 s.
-    n_sessions, per_session, kills = 4, 75, 12
+    n_sessions, per_session, kills = 4, 50, 12
     figures = run_crash_loop(tmp_path, seed, kills, n_sessions, per_session)
     check_invariants(tmp_path, n_sessions, per_session, figures)
     print(figures.show())
@@ -373,7 +377,7 @@ def test_crash_loop(tmp_path: Path) -> None:
 def test_crash_loop_hundreds_of_kills(tmp_path: Path) -> None:
     seed = _seed()
     print(f"crash-loop seed={seed} (rerun with CRASH_LOOP_SEED={seed})")
-    n_sessions, per_session, kills = 6, 500, 200
+    n_sessions, per_session, kills = 6, 300, 200
     figures = run_crash_loop(
         tmp_path, seed, kills, n_sessions, per_session, mode_weights=(0.4, 0.2, 0.4)
     )
