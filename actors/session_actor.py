@@ -16,6 +16,7 @@ session over: the actor kills its agent and stops.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -196,16 +197,19 @@ class SessionActor(pykka.ThreadingActor):
             fs_forward=settings.fs_forward,
         )
         loop = self.deps.loop
+        mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)
         try:
             with self.deps.starts:  # the start timeout counts from here, not from the queue
                 init = loop.call(conn.start(), settings.agent_start_timeout_s)
                 if session.acp_session_id:
                     opened = loop.call(
-                        conn.restore_session(session.acp_session_id),
+                        conn.restore_session(session.acp_session_id, mcp_servers),
                         settings.agent_start_timeout_s,
                     )
                 else:
-                    opened = loop.call(conn.new_session(), settings.agent_start_timeout_s)
+                    opened = loop.call(
+                        conn.new_session(mcp_servers), settings.agent_start_timeout_s
+                    )
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
             self._discard(conn)
             error = str(exc) or type(exc).__name__
@@ -244,8 +248,13 @@ class SessionActor(pykka.ThreadingActor):
         ref = self.actor_ref
 
         def done(future: Future[TurnResult]) -> None:
+            # On the protocol loop. A cancelled future (the loop is stopping) or a dead
+            # actor (closed meanwhile) leaves nothing to report to.
+            if future.cancelled():
+                return
             exc = future.exception()
-            ref.tell(TurnDone(ids, None if exc else future.result(), exc))
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(TurnDone(ids, None if exc else future.result(), exc))
 
         self.turn_timeout = self._turn_timeout()
         self.deps.loop.when_done(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
@@ -43,6 +45,9 @@ class RuntimeSettings:
     ask: AskCallback | None = None
     # fs/* served by an upstream client instead of locally (acpctl serve), else None.
     fs_forward: FsForward | None = None
+    # MCP servers handed to each session's agent in session/new (the subagent tools), by
+    # session id; None gives agents none.
+    mcp_servers: Callable[[str], list[dict[str, Any]]] | None = None
     terminals_enabled: bool = False
     env_passthrough: tuple[str, ...] = ()
     max_frame_bytes: int = 16 * 1024 * 1024

@@ -20,6 +20,7 @@ from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.outcome import Outcome
 from control_plane.queue_modes import QueueMode
+from control_plane.subagent_bridge import SubagentBridge
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
 from protocol.transcript import TranscriptSession, write_transcript
@@ -61,6 +62,7 @@ class ControlPlane:
         self.supervisor = supervisor
         self._waiters = Waiters(store)
         self._closed = False
+        self._bridge: SubagentBridge | None = None
 
     @classmethod
     def open(
@@ -72,9 +74,12 @@ class ControlPlane:
         delivery_workers: int = 4,
         delivery_batch: int = 256,
         run_sessions: bool = True,
+        subagent_tools: bool = True,
     ) -> ControlPlane:
         """Open (or create) the store at ``path``, recover, resume deliveries and start
-        running sessions (``run_sessions=False`` opens the store for inspection only)."""
+        running sessions (``run_sessions=False`` opens the store for inspection only).
+        With ``subagent_tools`` every agent gets the MCP subagent tools (spawn_subagent,
+        ...), served over a local socket next to the store."""
         store = Store.open(path, options)
         settings = settings or RuntimeSettings()
         if settings.log_dir == RuntimeSettings().log_dir:
@@ -86,8 +91,19 @@ class ControlPlane:
             delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
             delivery.start()
             loop = ProtocolLoop()
+            bridge_box: list[SubagentBridge] = []
+            if run_sessions and subagent_tools:
+                settings = replace(
+                    settings, mcp_servers=lambda sid: bridge_box[0].mcp_servers_for(sid)
+                )
             supervisor = Supervisor(store, loop, settings)
             delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
+            cp = cls(store, delivery, loop, supervisor)
+            if run_sessions and subagent_tools:
+                bridge = SubagentBridge(cp)
+                loop.call(bridge.start(), 10)
+                bridge_box.append(bridge)
+                cp._bridge = bridge
             if run_sessions:
                 supervisor.start()
         except BaseException:
@@ -95,7 +111,7 @@ class ControlPlane:
                 loop.stop()
             store.close()
             raise
-        return cls(store, delivery, loop, supervisor)
+        return cp
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -108,6 +124,8 @@ class ControlPlane:
             return
         self._closed = True
         self.supervisor.stop()
+        if self._bridge is not None:
+            self.loop.call(self._bridge.stop(), 10)
         self.loop.stop()
         self._waiters.close()
         self.delivery.close()

@@ -79,6 +79,7 @@ from acp.schema import (
     Usage,
 )
 
+from protocol import example_agent_mcp
 from protocol.example_agent_state import (
     SessionRecord,
     StateFile,
@@ -128,6 +129,8 @@ class Directives:
     flood_stderr: int | None = None
     oversize: int | None = None
     history: bool = False
+    # MCP tool calls through the client's mcpServers: (tool name, arguments) in order
+    mcp_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 _FLAGS = {"tool", "permission", "plan", "hang", "crash", "garbage", "history"}
@@ -174,6 +177,23 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         d.write = (path, content)
     elif name == "title":
         d.title = value.replace("_", " ")
+    elif name in ("spawn", "spawn-session"):
+        mode = "session" if name == "spawn-session" else "run"
+        for task in filter(None, value.split(",")):
+            d.mcp_calls.append(("spawn_subagent", {"task": task.replace("_", " "), "mode": mode}))
+    elif name == "list-subagents":
+        d.mcp_calls.append(("list_subagents", {}))
+    elif name == "subagent-result":
+        d.mcp_calls.append(("subagent_result", {"id": value, "wait": 30}))
+    elif name == "cancel-subagent":
+        d.mcp_calls.append(("cancel_subagent", {"id": value}))
+    elif name == "send-subagent":
+        child, sep, message = value.partition(":")
+        if not sep:
+            raise ValueError("expected ID:MESSAGE")
+        d.mcp_calls.append(
+            ("send_to_subagent", {"id": child, "message": message.replace("_", " ")})
+        )
     else:
         log.info("ignoring unknown directive #%s", name)
 
@@ -222,6 +242,7 @@ class ExampleAgent:
         self.options = options
         self.state = StateFile(options.state_file)
         self.sessions: dict[str, SessionRecord] = {}
+        self.mcp_servers: dict[str, list[Any]] = {}  # per session, from new/load/resume
         self.running: dict[str, _Running] = {}
         self._stdout = stdout
         self._conn: AgentSideConnection | None = None
@@ -259,31 +280,40 @@ class ExampleAgent:
             agent_info=Implementation(name="example-agent", version="0.1.0"),
         )
 
-    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> NewSessionResponse:
         """Create and persist a session so that a restarted process can load it."""
         record = SessionRecord(session_id=uuid.uuid4().hex, cwd=cwd)
         self.sessions[record.session_id] = record
+        self.mcp_servers[record.session_id] = list(mcp_servers or [])
         self.state.save(record)
         return NewSessionResponse(
             session_id=record.session_id, modes=_modes(record), config_options=_config(record)
         )
 
-    async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> LoadSessionResponse:
         """Replay the stored conversation as updates, then answer (ACP requires that order)."""
         if not self.options.load:
             raise RequestError.method_not_found("session/load")
         record = self._attach(session_id, cwd)
+        self.mcp_servers[session_id] = list(mcp_servers or [])
         for turn in record.history:
             await self._send(session_id, update_user_message_text(turn.user))
             if turn.reply:
                 await self._send(session_id, update_agent_message_text(turn.reply))
         return LoadSessionResponse(modes=_modes(record), config_options=_config(record))
 
-    async def resume_session(self, session_id: str, cwd: str, **_: Any) -> ResumeSessionResponse:
+    async def resume_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> ResumeSessionResponse:
         """Attach to a stored session without replaying it."""
         if not self.options.resume:
             raise RequestError.method_not_found("session/resume")
         record = self._attach(session_id, cwd)
+        self.mcp_servers[session_id] = list(mcp_servers or [])
         return ResumeSessionResponse(modes=_modes(record), config_options=_config(record))
 
     async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
@@ -394,7 +424,37 @@ class ExampleAgent:
             await self._chunk(sid, "x" * d.oversize, turn)
         if d.history:
             extras.append("history: " + " | ".join(t.message for t in record.history))
+        if d.mcp_calls:
+            extras += await self._mcp_calls(sid, d.mcp_calls)
         await self._stream(sid, _reply_chunks(d, message, extras), d, turn)
+
+    async def _mcp_calls(self, sid: str, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
+        """Call MCP tools of the client's first stdio server, each shown as a tool call."""
+        server = example_agent_mcp.stdio_server(self.mcp_servers.get(sid, []))
+        if server is None:
+            return ["mcp: no MCP server was offered"]
+        results: list[str] = []
+        async with example_agent_mcp.mcp_session(server) as session:
+            for n, (tool, arguments) in enumerate(calls, start=1):
+                call_id = f"mcp-{uuid.uuid4().hex[:8]}-{n}"
+                await self._send(
+                    sid,
+                    start_tool_call(
+                        call_id, tool, kind="other", status="in_progress", raw_input=arguments
+                    ),
+                )
+                text = await example_agent_mcp.call(session, tool, arguments)
+                failed = text.startswith("error:")
+                await self._send(
+                    sid,
+                    update_tool_call(
+                        call_id,
+                        status="failed" if failed else "completed",
+                        content=[tool_content(text_block(text))],
+                    ),
+                )
+                results.append(f"{tool}: {text}")
+        return results
 
     async def _tool_call(self, sid: str, tool_id: str, d: Directives, message: str) -> list[str]:
         """Ask permission first when requested, then report the tool call's life cycle."""

@@ -140,7 +140,8 @@ tmp = Path(sys.argv[1])
 cp = open_cp(tmp)
 root = cp.spawn(example_agent(tmp), tmp, idempotency_key="root").session.id
 for i in range(3):
-    cp.spawn(example_agent(tmp), tmp, f"kid {i}", parent=root, mode="run", idempotency_key=f"kid{i}")
+    cp.spawn(example_agent(tmp), tmp, f"kid {i}", parent=root, mode="run",
+             idempotency_key=f"kid{i}")
 print(root, flush=True)
 time.sleep(120)
 """
