@@ -56,6 +56,11 @@ class DeliveryService:
         self._busy: set[str] = set()  # bindings a worker is pumping
         self._dirty: set[str] = set()  # bindings that got events while being pumped
         self._failures: dict[str, int] = {}  # consecutive sink errors per binding
+        # Sessions seen without any binding: most sessions have none, and asking the store
+        # after every commit would cost a query per turn. Bindings are created by spawn (in
+        # the same commit as the session's first event, so never missed) or by bind(),
+        # which calls start() and clears this.
+        self._unbound: set[str] = set()
         self._timers: dict[str, threading.Timer] = {}
         self._wait = wait_random_exponential(multiplier=0.05, max=max_backoff_s)
         self._closed = False
@@ -65,6 +70,8 @@ class DeliveryService:
 
     def start(self) -> None:
         """Resume every binding from its checkpoint (the recovery step for delivery)."""
+        with self._lock:
+            self._unbound.clear()
         for binding in self._store.undelivered_bindings():
             self._schedule(binding.id)
 
@@ -105,12 +112,19 @@ class DeliveryService:
     # -- scheduling ----------------------------------------------------------------------
 
     def _on_events(self, session_ids: set[str]) -> None:
-        # Runs on the store's writer thread: only look up and hand off.
-        self._pool.submit(self._schedule_sessions, session_ids)
+        # Runs on the store's writer thread: only filter and hand off.
+        with self._lock:
+            interesting = session_ids - self._unbound
+        if interesting:
+            self._pool.submit(self._schedule_sessions, interesting)
 
     def _schedule_sessions(self, session_ids: set[str]) -> None:
         for session_id in session_ids:
-            for binding in self._store.bindings_of(session_id, active_only=False):
+            found = self._store.bindings_of(session_id, active_only=False)
+            if not found:
+                with self._lock:
+                    self._unbound.add(session_id)
+            for binding in found:
                 self._schedule(binding.id)
 
     def _schedule(self, binding_id: str) -> None:

@@ -49,3 +49,36 @@ def test_store_uses_wal_and_full_sync_by_default(store: Store) -> None:
         )
 
     assert store.read(pragmas) == ("wal", 2, 1)
+
+
+def test_database_written_by_the_first_release_opens_under_this_one(db_path: Path) -> None:
+    from alembic import command
+
+    from store.migrate import _config
+
+    engine = create_engine(f"sqlite:///{db_path}")
+    config = _config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")  # the schema as release 0001 wrote it
+        conn.exec_driver_sql(
+            "INSERT INTO sessions (id, request_hash, depth, agent, cwd, state, queue_mode, epoch,"
+            " last_event_seq, last_command_seq, created_at, updated_at, metadata) VALUES"
+            " ('s1', 'h', 0, '{\"name\": \"a\", \"command\": [\"a\"]}', '/w', 'idle', 'followup',"
+            " 0, 0, 1, 1.0, 1.0, '{}')"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO commands (id, session_id, seq, kind, payload, request_hash, state,"
+            " attempts, max_attempts, created_at, updated_at) VALUES ('c1', 's1', 1, 'prompt',"
+            " '{\"content\": []}', 'h', 'queued', 0, 3, 1.0, 1.0)"
+        )
+    engine.dispose()
+    with Store.open(db_path) as store:
+        assert store.get_session("s1").cwd == "/w"
+        claimed = store.claim_next("s1")  # uses the priority column added by 0002
+        assert claimed is not None and claimed.id == "c1"
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
+    indexes = {r[1] for r in conn.execute("PRAGMA index_list(events)")}
+    assert "ix_events_session_command" in indexes
+    conn.close()
