@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pykka
+from sqlalchemy import Connection, func, select
 
 from actors import turns
 from actors.launch import launch_for
@@ -57,6 +58,7 @@ from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, Store, queries
 from store import operations as ops
 from store.ownership import this_owner
+from store.schema import sessions
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,21 @@ class ActorDeps:
     on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
+
+
+def _siblings_running(conn: Connection, session_id: str) -> int:
+    parent = select(sessions.c.parent_id).where(sessions.c.id == session_id).scalar_subquery()
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(sessions)
+            .where(
+                sessions.c.parent_id == parent,
+                sessions.c.id != session_id,
+                sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value]),
+            )
+        ).scalar_one()
+    )
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -157,6 +174,9 @@ class SessionActor(pykka.ThreadingActor):
             return
         if not self.deps.slots.holds(self.session_id):
             self.deps.slots.request(self.session_id)  # SlotGranted arrives when admitted
+            return
+        if session.parent_id is not None and pending is not None and self._children_cap_full():
+            self.deps.slots.release(self.session_id)  # woken when a sibling's turn ends
             return
         if not self._ensure_agent():
             self._continue()
@@ -274,8 +294,6 @@ class SessionActor(pykka.ThreadingActor):
         if self.closing:
             return
         session = self.store.get_session(self.session_id)
-        if session.parent_id is not None:
-            self._wake_siblings(session.parent_id)
         if message.error is not None or message.result is None:
             error = str(message.error) or type(message.error).__name__
             self.store.write(
@@ -286,10 +304,14 @@ class SessionActor(pykka.ThreadingActor):
             self._stop_agent(kill=True)
         else:
             self._record_outcome(message.command_ids, message.result)
-            if session.metadata.get("mode") == "run":
-                self.deps.slots.release(self.session_id)
-                self._close("the run finished")  # mode=run: one turn, then closed
-                return
+        if session.parent_id is not None:
+            # After the outcome committed: a sibling held back by max_running_children
+            # must see this session no longer running when it checks.
+            self._wake_siblings(session.parent_id)
+        if message.error is None and session.metadata.get("mode") == "run":
+            self.deps.slots.release(self.session_id)
+            self._close("the run finished")  # mode=run: one turn, then closed
+            return
         self._continue()
 
     def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
@@ -366,6 +388,12 @@ class SessionActor(pykka.ThreadingActor):
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _children_cap_full(self) -> bool:
+        """Checked before starting an agent, so a child held back by max_running_children
+        holds no agent process either (the claim re-checks it inside its transaction)."""
+        cap = self.deps.settings.max_running_children
+        return bool(self.store.read(lambda c: _siblings_running(c, self.session_id) >= cap))
 
     def _wake_siblings(self, parent_id: str) -> None:
         """A child finished a turn: a sibling held back by max_running_children may go."""

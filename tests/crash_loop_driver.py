@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,22 +48,29 @@ def main(argv: list[str]) -> int:
             f"failed={len(report.failed)} to_error={len(report.sessions_to_error)}",
             flush=True,
         )
-        command_ids: list[str] = []
-        for i in range(n_sessions):
-            spawned = cp.spawn(
+        sessions = [
+            cp.spawn(
                 agent,
                 workdir,
                 prompt_text(i, 0),
                 jsonl_sink=workdir / "sinks" / f"{i}.jsonl",
                 idempotency_key=f"s{i}",
             )
-            assert spawned.command is not None
-            command_ids.append(spawned.command.id)
-            for j in range(1, per_session):
-                command = cp.prompt(
-                    spawned.session.id, prompt_text(i, j), idempotency_key=f"s{i}-p{j}"
-                )
-                command_ids.append(command.id)
+            for i in range(n_sessions)
+        ]
+
+        def follow_ups(i: int) -> list[str]:
+            # In order within a session; sessions in parallel (their writes share commits).
+            sid = sessions[i].session.id
+            return [
+                cp.prompt(sid, prompt_text(i, j), idempotency_key=f"s{i}-p{j}").id
+                for j in range(1, per_session)
+            ]
+
+        with ThreadPoolExecutor(max_workers=n_sessions) as pool:
+            queued = list(pool.map(follow_ups, range(n_sessions)))
+        command_ids = [s.command.id for s in sessions if s.command is not None]
+        command_ids += [c for ids in queued for c in ids]
         print(f"enqueued {len(command_ids)}", flush=True)
         for command_id in command_ids:
             cp.wait(command_id, WAIT_S)

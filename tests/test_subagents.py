@@ -169,3 +169,25 @@ def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_pa
         assert len({a["commandId"] for a in announced}) == 3
         keys = [c.idempotency_key for c in cp.commands(root)]
         assert sum(1 for k in keys if k and k.startswith("announce:")) == 3
+
+
+def test_children_beyond_max_running_children_wait_their_turn(tmp_path: Path) -> None:
+    with open_cp(tmp_path, max_running_children=1) as cp:
+        agent = example_agent(tmp_path)
+        root = cp.spawn(agent, tmp_path).session.id
+        kids = [
+            cp.spawn(agent, tmp_path, f"#chunks=4 #delay=100 kid {i}", parent=root, mode="run")
+            for i in range(3)
+        ]
+        peak = 0
+        deadline = time.monotonic() + 120
+        while len(_announces(cp, root)) < 3 and time.monotonic() < deadline:
+            running = [
+                k
+                for k in kids
+                if cp.get(k.session.id).state in (SessionState.RUNNING, SessionState.CANCELLING)
+            ]
+            peak = max(peak, len(running))
+            time.sleep(0.02)
+        assert len(_announces(cp, root)) == 3
+        assert peak == 1
