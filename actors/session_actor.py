@@ -142,6 +142,8 @@ class SessionActor(pykka.ThreadingActor):
         return None
 
     def _dispatch(self, message: Any) -> Any:
+        if self.epoch < 0:
+            return None  # not the owner (another live process is): stopping, touch nothing
         if isinstance(message, Tick):
             self._tick(message.now)  # a tick is not activity: it must not delay passivation
             return None

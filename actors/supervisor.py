@@ -25,7 +25,7 @@ from actors.session_actor import ActorDeps, SessionActor
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
-from state_machines import CommandState, SessionState
+from state_machines import CommandState, ControlPlaneError, SessionState
 from store import RecoveryReport, Store
 from store import operations as ops
 from store.ownership import owner_alive, this_owner
@@ -93,14 +93,18 @@ class Supervisor:
             return
         ref = self._live(session_id)
         if ref is not None:
-            ref.tell(Wake())
-        else:
-            self.slots.request(session_id)
+            try:
+                ref.tell(Wake())
+                return
+            except pykka.ActorDeadError:
+                pass  # stopped between the check and the tell: activate anew
+        self.slots.request(session_id)
 
     def cancel_turn(self, session_id: str) -> None:
         ref = self._live(session_id)
         if ref is not None:
-            ref.tell(CancelTurn())
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(CancelTurn())
 
     def close(self, session_id: str, reason: str) -> bool:
         """Close through the live actor (it stops the agent first); False if none is live."""
@@ -130,10 +134,27 @@ class Supervisor:
         with self._lock:
             ref = self._actors.get(session_id)
             if ref is None or not ref.is_alive():
-                ref = SessionActor.start(session_id, self._deps)
-                self._actors[session_id] = ref
-                self.activations += 1
-        ref.tell(SlotGranted())
+                if self._owned_elsewhere(session_id):
+                    ref = None
+                else:
+                    ref = SessionActor.start(session_id, self._deps)
+                    self._actors[session_id] = ref
+                    self.activations += 1
+        if ref is None:
+            # Another live process runs it: its own sweep sees the new work.
+            self.slots.release(session_id)
+            return
+        try:
+            ref.tell(SlotGranted())
+        except pykka.ActorDeadError:
+            self._forget(session_id)  # it stopped meanwhile (e.g. lost ownership)
+
+    def _owned_elsewhere(self, session_id: str) -> bool:
+        try:
+            owner = self.store.get_session(session_id).owner
+        except ControlPlaneError:
+            return True  # unknown or unreadable: nothing to run
+        return owner is not None and owner != self.me and owner_alive(owner)
 
     def _forget(self, session_id: str) -> None:
         with self._lock:
@@ -150,7 +171,8 @@ class Supervisor:
             if ref is None:
                 self.slots.request(session_id)
             else:
-                ref.tell(Wake())  # e.g. a command another process queued for our session
+                with contextlib.suppress(pykka.ActorDeadError):
+                    ref.tell(Wake())  # e.g. a command another process queued for our session
 
     def _sweep(self) -> None:
         interval = self.settings.sweep_interval_s
@@ -162,7 +184,8 @@ class Supervisor:
                     refs = list(self._actors.items())
                 for session_id, ref in refs:
                     if ref.is_alive():
-                        ref.tell(Tick(now))
+                        with contextlib.suppress(pykka.ActorDeadError):
+                            ref.tell(Tick(now))
                     else:
                         self._forget(session_id)
                 if now - last_discovery < self.settings.discover_interval_s:

@@ -169,7 +169,7 @@ def run_crash_loop(
     kills: int,
     n_sessions: int,
     per_session: int,
-    mode_weights: tuple[float, float, float] = (0.25, 0.25, 0.5),
+    mode_weights: tuple[float, float, float] = (0.3, 0.3, 0.4),
 ) -> Figures:
     """Kill the driver ``kills`` times, then let it finish. Should the work run out before
     the kills do, the next life asks for more prompts per session (new keys; the earlier
