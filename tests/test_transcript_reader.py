@@ -16,7 +16,9 @@ from protocol.transcript_reader import (
     validate_v3,
 )
 
-EXAMPLE = Path("/work/shared/reference/transcript-v3-example.jsonl")
+# A copy of ../shared/reference/transcript-v3-example.jsonl (the format's reference example),
+# kept in the repository so the tests do not depend on where shared/ is mounted.
+EXAMPLE = Path(__file__).parent / "golden" / "transcript-v3-example.jsonl"
 HEADER = {
     "type": "session",
     "version": 3,
