@@ -22,10 +22,13 @@ import json
 import logging
 import os
 import secrets
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actors.announce import status_of
+from control_plane.agents import agent_from_command
 from state_machines import ControlPlaneError, SessionState
 from store import operations as ops
 
@@ -75,8 +78,6 @@ class SubagentBridge:
 
     def mcp_servers_for(self, session_id: str) -> list[dict[str, Any]]:
         """The ``mcpServers`` entry handed to the session's agent in ``session/new``."""
-        import sys
-
         return [
             {
                 "name": "acp-control-plane",
@@ -170,8 +171,6 @@ class SubagentBridge:
         parent = self.cp.get(session_id)
         agent = parent.agent
         if args.get("agent"):
-            from control_plane.agents import agent_from_command
-
             agent = agent_from_command(str(args["agent"]))
         mode = str(args.get("mode") or "run")
         spawned = self.cp.spawn(
@@ -210,8 +209,6 @@ class SubagentBridge:
         outcome = self.cp.wait(latest.id, wait) if wait > 0 else self.cp.result(latest.id)
         if outcome is None:
             return {"id": child, "status": "running"}
-        from actors.announce import status_of
-
         return {
             "id": child,
             "status": status_of(self.cp.command(latest.id)),

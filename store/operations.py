@@ -52,6 +52,7 @@ from store.records import (
     SpawnResult,
     SubagentLimits,
 )
+from store.rows import command_from_row
 from store.schema import bindings, commands, delivery_checkpoints, sessions
 from store.writer import WriteContext
 
@@ -235,8 +236,6 @@ def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
         .order_by(commands.c.seq)
         .limit(1)
     ).first()
-    from store.rows import command_from_row
-
     bound = queries.bindings_of(conn, session_id, active_only=False)
     return SpawnResult(
         session,
@@ -669,8 +668,6 @@ def recover(ctx: WriteContext, me: str | None = None, include_mine: bool = True)
         .where(commands.c.state == CommandState.RUNNING.value, commands.c.session_id.in_(orphaned))
         .order_by(commands.c.created_at)
     ).all()
-    from store.rows import command_from_row
-
     requeued: list[str] = []
     failed: list[str] = []
     for row in running:

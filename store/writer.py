@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar, cast
 from sqlalchemy import Connection, Engine
 
 from state_machines.errors import StoreError
-from store.retry import retry_on_lock
+from store.retry import is_locked_error, retry_on_lock
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +226,6 @@ class GroupCommitWriter:
 
 def _is_connection_level(exc: BaseException) -> bool:
     """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
-    from store.retry import is_locked_error
-
     if is_locked_error(exc):
         return True
     text = str(exc).lower()
