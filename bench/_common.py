@@ -3,6 +3,7 @@ machine description. Standard library only."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import resource
@@ -61,3 +62,31 @@ def machine_info() -> dict[str, Any]:
 def progress(message: str) -> None:
     """Progress goes to stderr so ``--json`` output on stdout stays machine-readable."""
     print(message, file=sys.stderr, flush=True)
+
+
+# -- argument types shared by the scripts' command lines ------------------------------------
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """``"1,16,64"`` -> ``[1, 16, 64]``; every value at least 1."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
+    return values

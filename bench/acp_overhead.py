@@ -53,7 +53,16 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 
 from actors.recorder import StoreRecorder  # noqa: E402
-from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from bench._common import (  # noqa: E402
+    machine_info,
+    median,
+    non_negative_int,
+    now,
+    peak_rss_mb,
+    positive_int,
+    progress,
+    spread,
+)
 from protocol.connection import AgentConnection, AgentLaunch  # noqa: E402
 from protocol.loop import ProtocolLoop  # noqa: E402
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
@@ -303,20 +312,6 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="ms per '#chunks=N' turn: the runtime (AgentConnection + StoreRecorder on "
@@ -324,19 +319,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--turns",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_TURNS,
         help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
     )
     parser.add_argument(
         "--warmup",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_WARMUP,
         help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
     )
     parser.add_argument(
         "--chunks",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_CHUNKS,
         help=f"message chunks per turn (default {DEFAULT_CHUNKS})",
     )

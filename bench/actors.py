@@ -61,7 +61,16 @@ if _REPO_ROOT not in sys.path:
 
 from actors.settings import RuntimeSettings  # noqa: E402
 from actors.supervisor import Supervisor  # noqa: E402
-from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from bench._common import (  # noqa: E402
+    machine_info,
+    median,
+    now,
+    peak_rss_mb,
+    positive_int,
+    positive_int_list,
+    progress,
+    spread,
+)
 from bench.store_throughput import run_control_plane  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
 from protocol.permissions import Decision, PermissionPolicy  # noqa: E402
@@ -717,23 +726,6 @@ def print_report(report: dict[str, Any]) -> None:
 # -- command line ------------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
-    return values
-
-
 def _parts(text: str) -> set[str]:
     parts = {p.strip() for p in text.split(",") if p.strip()}
     if not parts or parts - {"a", "b", "c"}:
@@ -749,37 +741,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", type=_parts, default={"a", "b", "c"}, help="a,b,c (default all)")
     parser.add_argument(
         "--sessions",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"(a) sessions per concurrency with the example agent (default {DEFAULT_SESSIONS})",
     )
     parser.add_argument(
         "--noop-sessions",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"(b) sessions per run with the no-op agent (default {DEFAULT_SESSIONS})",
     )
     parser.add_argument(
         "--concurrency",
-        type=_int_list,
+        type=positive_int_list,
         default=list(DEFAULT_CONCURRENCY),
         help="max_running_turns values for (a) and (b) (default 16,64)",
     )
     parser.add_argument(
         "--rounds",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"(b) and (c) repetitions (default {DEFAULT_ROUNDS})",
     )
     parser.add_argument(
         "--open-sessions",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"(c) stored sessions (default {DEFAULT_OPEN_SESSIONS})",
     )
     parser.add_argument(
         "--open-commands",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help=f"(c) queued commands (default {DEFAULT_OPEN_COMMANDS})",
     )

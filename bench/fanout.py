@@ -68,7 +68,15 @@ if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
 from actors.settings import RuntimeSettings  # noqa: E402
-from bench._common import machine_info, median, peak_rss_mb, progress, spread  # noqa: E402
+from bench._common import (  # noqa: E402
+    machine_info,
+    median,
+    peak_rss_mb,
+    positive_int,
+    positive_int_list,
+    progress,
+    spread,
+)
 from control_plane import ControlPlane, SessionState  # noqa: E402
 from protocol.permissions import Decision, PermissionPolicy  # noqa: E402
 from store import AgentSpec, EventRecord, SubagentLimits  # noqa: E402
@@ -441,23 +449,6 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"peak RSS (bench process): {report['peak_rss_mb']:.0f} MiB")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _cap_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need one or more caps >= 1, got {text!r}")
-    return values
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="One parent fans out to N run-mode children with announce; wall time, "
@@ -465,13 +456,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--children",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_CHILDREN,
         help=f"children per run (default {DEFAULT_CHILDREN})",
     )
     parser.add_argument(
         "--caps",
-        type=_cap_list,
+        type=positive_int_list,
         default=list(DEFAULT_CAPS),
         help="comma-separated max_running_children values (default 8,32)",
     )

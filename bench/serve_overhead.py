@@ -61,7 +61,17 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 from acp.schema import ClientCapabilities  # noqa: E402
 
-from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from bench._common import (  # noqa: E402
+    machine_info,
+    median,
+    non_negative_int,
+    now,
+    peak_rss_mb,
+    positive_int,
+    positive_int_list,
+    progress,
+    spread,
+)
 
 DEFAULT_TURNS = 30
 DEFAULT_WARMUP = 3
@@ -422,30 +432,6 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _jobs_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
-    return values
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="ms per '#chunks=N' turn through acpctl serve against the SDK client "
@@ -453,31 +439,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--turns",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_TURNS,
         help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
     )
     parser.add_argument(
         "--warmup",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_WARMUP,
         help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
     )
     parser.add_argument(
         "--chunks",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_CHUNKS,
         help=f"message chunks per timed turn (default {DEFAULT_CHUNKS})",
     )
     parser.add_argument(
         "--tasks",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_TASKS,
         help=f"tasks per batch run (default {DEFAULT_TASKS})",
     )
     parser.add_argument(
         "--jobs",
-        type=_jobs_list,
+        type=positive_int_list,
         default=list(DEFAULT_JOBS),
         help="comma-separated -j values for the batch runs (default 1,8,32)",
     )

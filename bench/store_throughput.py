@@ -50,7 +50,16 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from bench._common import machine_info, median, now, peak_rss_mb, progress, spread  # noqa: E402
+from bench._common import (  # noqa: E402
+    machine_info,
+    median,
+    now,
+    peak_rss_mb,
+    positive_int,
+    positive_int_list,
+    progress,
+    spread,
+)
 from state_machines import CommandState  # noqa: E402
 from store import AgentSpec, CommandKind, Store, StoreOptions, Synchronous  # noqa: E402
 
@@ -324,40 +333,23 @@ def print_report(report: dict[str, Any]) -> None:
     print(f"peak RSS: {report['peak_rss_mb']:.0f} MiB")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _submitter_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from exc
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
-    return values
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Durable commands/s of the store (enqueue+claim_next+complete, "
         "synchronous=FULL) against a raw sqlite3 one-commit-per-command baseline."
     )
     parser.add_argument(
-        "--rounds", type=_positive_int, default=DEFAULT_ROUNDS, help="repetitions (default 5)"
+        "--rounds", type=positive_int, default=DEFAULT_ROUNDS, help="repetitions (default 5)"
     )
     parser.add_argument(
         "--commands",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_COMMANDS,
         help=f"commands per run, split over the submitters (default {DEFAULT_COMMANDS})",
     )
     parser.add_argument(
         "--submitters",
-        type=_submitter_list,
+        type=positive_int_list,
         default=list(DEFAULT_SUBMITTERS),
         help="comma-separated submitter thread counts (default 1,16,64)",
     )
