@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 
 from control_plane.api import ControlPlane
 from control_plane.tasks import Task
+from protocol.atomic_file import write_text_atomically
 from state_machines import CommandState, SessionState
 from store import AgentSpec, CommandRecord, SessionRecord
 
@@ -212,16 +212,7 @@ class BatchRun:
         path = self.options.results_path
         path.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in self.result_rows())
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_text_atomically(path, text)
 
     def export_transcripts(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,10 @@ from rich.table import Table
 from rich.tree import Tree
 from sqlalchemy import Connection, func, select
 
+from actors.sinks import event_line
 from control_plane.cli_common import Context, errors_as_exit, fail, opened, out, print_json
 from state_machines import CommandState, SessionState
-from store import EventRecord, SessionRecord, queries
+from store import SessionRecord, queries
 from store import operations as ops
 from store.ownership import this_owner
 from store.schema import commands, events
@@ -34,18 +35,6 @@ def session_json(s: SessionRecord) -> dict[str, Any]:
         "updatedAt": s.updated_at.isoformat(),
         "lastError": s.last_error,
         "metadata": s.metadata,
-    }
-
-
-def event_json(e: EventRecord) -> dict[str, Any]:
-    return {
-        "eventId": e.id,
-        "sessionId": e.session_id,
-        "seq": e.seq,
-        "commandId": e.command_id,
-        "kind": e.kind,
-        "createdAt": e.created_at.isoformat(),
-        "payload": e.payload,
     }
 
 
@@ -119,7 +108,7 @@ def show(
                     for c in commands
                 ],
                 "children": [session_json(c) for c in children],
-                "events": [event_json(e) for e in recent],
+                "events": [event_line(e) for e in recent],
             }
         )
         return
@@ -232,7 +221,7 @@ def events_command(
         stream = cp.follow(session_id, after) if follow else iter(cp.events(session_id, after))
         for e in stream:
             if json_out:
-                print_json(event_json(e))
+                print_json(event_line(e))
             else:
                 out.print(
                     f"#{e.seq} {e.created_at:%H:%M:%S} {e.kind} {e.raw[:160]}", highlight=False

@@ -19,13 +19,12 @@ import difflib
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, Protocol
 
+from protocol.atomic_file import write_text_atomically
 from protocol.transcript_reader import dump_lines
 
 __all__ = [
@@ -636,18 +635,5 @@ def write_transcript(
 ) -> int:
     """Write the transcript atomically (temp file + rename); return the number of lines."""
     lines = transcript_entries(session, events)
-    target = Path(path)
-    handle, temp_name = tempfile.mkstemp(
-        dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(dump_lines(lines))
-            stream.flush()
-            os.fsync(stream.fileno())
-        # Readers either see the old file or the complete new one, never a partial export.
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, dump_lines(lines))
     return len(lines)

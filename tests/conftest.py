@@ -30,3 +30,13 @@ def store(db_path: Path) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, already dead but not reaped, counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 
 from protocol.loop import ProtocolLoop, wait_off_loop
 from protocol.spawn import agent_environment
+from tests.conftest import pid_alive
 
 
 class SlowActor(pykka.ThreadingActor):
@@ -95,19 +95,6 @@ time.sleep(60)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_kill_9_of_the_control_plane_takes_its_agents_with_it(tmp_path: Path) -> None:
     driver = subprocess.Popen(
@@ -115,10 +102,10 @@ def test_kill_9_of_the_control_plane_takes_its_agents_with_it(tmp_path: Path) ->
     )
     assert driver.stdout is not None
     agent_pid = int(driver.stdout.readline())
-    assert _alive(agent_pid)
+    assert pid_alive(agent_pid)
     driver.send_signal(signal.SIGKILL)
     driver.wait(10)
     deadline = time.monotonic() + 5
-    while _alive(agent_pid) and time.monotonic() < deadline:
+    while pid_alive(agent_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(agent_pid)
+    assert not pid_alive(agent_pid)

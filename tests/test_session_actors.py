@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -13,6 +12,7 @@ import pytest
 from control_plane import CommandState, SessionState
 from state_machines import StaleEpoch
 from store import operations as ops
+from tests.conftest import pid_alive
 from tests.cp_harness import example_agent, invocations, open_cp
 
 
@@ -154,7 +154,7 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_pat
         assert cp.wait(spawned.command.id, 30).ok
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
         _wait_for(lambda: sid not in cp.supervisor.live_sessions())
-        _wait_for(lambda: not _pid_alive(pid))
+        _wait_for(lambda: not pid_alive(pid))
         _wait_for(lambda: cp.get(sid).owner is None)  # ownership released while passive
         nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
         assert nxt.ok and "remember the plum" in nxt.text
@@ -198,18 +198,6 @@ def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None
             store.write(lambda ctx: ops.check_epoch(ctx.conn, sid, first))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: Path) -> None:
     from control_plane import ControlPlane
 
@@ -226,4 +214,4 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.close_session(sid)
         _wait_for(lambda: sid not in cp.supervisor.live_sessions())
-        _wait_for(lambda: not _pid_alive(pid))
+        _wait_for(lambda: not pid_alive(pid))

@@ -25,20 +25,12 @@ import pytest
 
 from control_plane import CommandState, ControlPlane, SessionState
 from store.ownership import owner_alive, this_owner
+from tests.conftest import pid_alive
 from tests.cp_harness import invocations, open_cp
 
 pytestmark = pytest.mark.timeout(120)
 
 FOLLOW_UP = "#chunks=3 #delay=20 follow-up"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"  # a zombie is dead
 
 
 def _my_agents(work: Path) -> list[int]:
@@ -201,7 +193,7 @@ def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> No
             assert seen == [(prompt, owned.agent_pid), (FOLLOW_UP, owned.agent_pid)]
     finally:
         owned.a.kill()
-    _wait_for(lambda: not _pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
+    _wait_for(lambda: not pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
 
 
 def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) -> None:
@@ -222,7 +214,7 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             # A dies mid-turn; B takes over.
             killed_at = time.time()
             owned.a.kill()
-            _wait_for(lambda: not _pid_alive(a_agent), 10, "A's agent gone (pdeathsig)")
+            _wait_for(lambda: not pid_alive(a_agent), 10, "A's agent gone (pdeathsig)")
 
             assert b.wait(first_id, 60).state is CommandState.COMPLETED
             assert b.wait(follow_up.id, 60).state is CommandState.COMPLETED
@@ -245,12 +237,12 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             starts = [e.payload["pid"] for e in events if e.kind == "agent_started"]
             assert len(starts) == 2 and starts[0] == a_agent
             b_agent = starts[1]
-            assert b_agent != a_agent and _pid_alive(b_agent)
+            assert b_agent != a_agent and pid_alive(b_agent)
 
             # What the agents themselves saw: A's agent got the prompt once and was killed;
             # B's agent reran it, then the follow-up. A never ran the follow-up.
             seen = [(i["message"], i["pid"]) for i in invocations(tmp_path)]
             assert seen == [(prompt, a_agent), (prompt, b_agent), (FOLLOW_UP, b_agent)]
-        _wait_for(lambda: not _pid_alive(b_agent), 10, "B's agent stopped by B's close")
+        _wait_for(lambda: not pid_alive(b_agent), 10, "B's agent stopped by B's close")
     finally:
         owned.a.kill()
