@@ -5,6 +5,14 @@ The loop hands over frames one by one; the recorder keeps at most one write in f
 coalesces everything that arrives meanwhile into the next write (one transaction, many
 events). Order is kept because a single write is in flight at a time. ``flush()`` resolves
 when everything handed over so far has committed.
+
+``write_after(fn)`` puts a write of the caller's behind everything handed over so far, in
+the same transaction as the last of it where possible: the session actor records a turn's
+outcome this way, so the turn's last updates and its outcome cost one commit, not two in a
+row, and the outcome can never be committed ahead of an update of its turn.
+
+The recorder also keeps the running turn's message text (``take_text``), read from the
+frames as they pass, so the outcome does not read the turn back from the log.
 """
 
 from __future__ import annotations
@@ -12,13 +20,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from actors.text import TurnText
 from store import NewEvent, Store, WriteContext
 from store import operations as ops
 
 log = logging.getLogger(__name__)
+
+# (command id, (kind, JSON text, the tap's parse of it or None))
+Frame = tuple[str | None, tuple[str, str, Any]]
+After = tuple[Callable[[WriteContext], Any], Future[Any]]
 
 
 class StoreRecorder:
@@ -28,26 +42,41 @@ class StoreRecorder:
         self.command_id: str | None = None  # set by the session actor for each turn
         self.epoch: int | None = None  # the owner's fencing epoch; stale writes are refused
         self._lock = threading.Lock()
-        self._buffer: list[tuple[str | None, tuple[str, str]]] = []
+        self._buffer: list[Frame] = []
+        self._after: list[After] = []
         self._in_flight = False
         self._handed = 0
         self._durable = 0
         self._error: BaseException | None = None
         self._waiters: list[tuple[int, Future[None]]] = []
+        self._text = TurnText()
 
     # -- Recorder protocol (called on the protocol loop) ---------------------------------
 
-    def update(self, frame: str) -> None:
+    def update(self, frame: str, message: dict[str, Any]) -> None:
         # The raw tap parsed the frame already: it is stored as is, without a second parse.
-        self._hand_over(("session_update", frame))
+        if self.command_id is not None:
+            self._text.add(message)
+        self._hand_over(("session_update", frame, message))
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._hand_over((kind, NewEvent(kind, payload).payload_text()))
+        self._hand_over((kind, NewEvent(kind, payload).payload_text(), None))
 
     def flush(self) -> asyncio.Future[None]:
         return asyncio.wrap_future(self.flush_future())
 
     # -- any thread ----------------------------------------------------------------------
+
+    @property
+    def failed(self) -> bool:
+        """A write of frames failed: what follows cannot be ordered behind them."""
+        with self._lock:
+            return self._error is not None
+
+    def take_text(self) -> str:
+        """The running turn's message text so far (and start the next turn's)."""
+        with self._lock:
+            return self._text.take()
 
     def flush_future(self) -> Future[None]:
         future: Future[None] = Future()
@@ -60,7 +89,26 @@ class StoreRecorder:
                 self._waiters.append((self._handed, future))
         return future
 
-    def _hand_over(self, event: tuple[str, str]) -> None:
+    def write_after(self, fn: Callable[[WriteContext], Any]) -> Future[Any]:
+        """Run ``fn`` in a transaction after every frame handed over so far has been
+        appended (in the same transaction as the last of them when they are not in flight
+        yet). ``fn`` runs inside a savepoint: if it raises, its future fails and the frames
+        still commit."""
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._error is not None:
+                future.set_exception(self._error)
+                return future
+            self._after.append((fn, future))
+            if self._in_flight:
+                return future
+            self._in_flight = True
+            batch, self._buffer = self._buffer, []
+            after, self._after = self._after, []
+        self._submit(batch, after)
+        return future
+
+    def _hand_over(self, event: tuple[str, str, Any]) -> None:
         with self._lock:
             self._buffer.append((self.command_id, event))
             self._handed += 1
@@ -68,42 +116,60 @@ class StoreRecorder:
                 return
             self._in_flight = True
             batch, self._buffer = self._buffer, []
-        self._submit(batch)
+            after, self._after = self._after, []
+        self._submit(batch, after)
 
-    def _submit(self, batch: list[tuple[str | None, tuple[str, str]]]) -> None:
+    def _submit(self, batch: list[Frame], after: list[After]) -> None:
         epoch = self.epoch
 
-        def write(ctx: WriteContext) -> int:
-            if epoch is not None:
-                ops.check_epoch(ctx.conn, self.session_id, epoch)
-            run: list[tuple[str, str]] = []
-            run_command: str | None = batch[0][0]
-            for command_id, event in batch:
-                if command_id != run_command:
-                    ops.append_frames(ctx, self.session_id, run_command, run)
-                    run, run_command = [], command_id
-                run.append(event)
-            ops.append_frames(ctx, self.session_id, run_command, run)
-            return len(batch)
+        def write(ctx: WriteContext) -> list[tuple[bool, Any]]:
+            if batch:
+                if epoch is not None:
+                    ops.check_epoch(ctx.conn, self.session_id, epoch)
+                self._append(ctx, batch)
+            return [ctx.isolated(fn) for fn, _ in after]
 
-        self._store.submit(write).add_done_callback(lambda f: self._done(f, len(batch)))
+        future = self._store.submit(write)
+        future.add_done_callback(lambda f: self._done(f, len(batch), after))
 
-    def _done(self, future: Future[int], count: int) -> None:
+    def _append(self, ctx: WriteContext, batch: list[Frame]) -> None:
+        run: list[tuple[str, str, Any]] = []
+        run_command: str | None = batch[0][0]
+        for command_id, event in batch:
+            if command_id != run_command:
+                ops.append_frames(ctx, self.session_id, run_command, run)
+                run, run_command = [], command_id
+            run.append(event)
+        ops.append_frames(ctx, self.session_id, run_command, run)
+
+    def _done(self, future: Future[list[tuple[bool, Any]]], count: int, after: list[After]) -> None:
         # Runs on the store's writer thread after the commit (or the failure).
         exc = future.exception()
         with self._lock:
-            if exc is not None:
+            if exc is not None and count:
                 log.error("recording events of session %s failed: %s", self.session_id, exc)
                 self._error = exc
             self._durable += count
             ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
             self._waiters = [w for w in self._waiters if w not in ready]
             batch, self._buffer = self._buffer, []
-            self._in_flight = bool(batch)
+            more, self._after = self._after, []
+            self._in_flight = bool(batch or more)
         for _, waiter in ready:
             if exc is not None:
                 waiter.set_exception(exc)
             else:
                 waiter.set_result(None)
-        if batch:
-            self._submit(batch)
+        results = None if exc is not None else future.result()
+        for i, (_, caller) in enumerate(after):
+            if results is None:
+                assert exc is not None
+                caller.set_exception(exc)
+            else:
+                ok, value = results[i]
+                if ok:
+                    caller.set_result(value)
+                else:
+                    caller.set_exception(value)
+        if batch or more:
+            self._submit(batch, more)

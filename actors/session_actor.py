@@ -42,7 +42,6 @@ from actors.messages import (
 from actors.recorder import StoreRecorder
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
-from actors.text import turn_text
 from protocol.connection import AgentConnection, TurnResult
 from protocol.loop import ProtocolLoop
 from protocol.permissions import PermissionBroker
@@ -55,7 +54,7 @@ from state_machines import (
     StaleEpoch,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, Store, queries
+from store import CommandKind, CommandRecord, Store, WriteContext, queries
 from store import operations as ops
 from store.ownership import this_owner
 from store.schema import sessions
@@ -115,6 +114,8 @@ class SessionActor(pykka.ThreadingActor):
             self.stop()
             return
         self.recorder.epoch = self.epoch
+        # What never changes after the spawn (parent, queue mode, metadata), read once.
+        self.facts = self.store.get_session(self.session_id)
 
     def on_stop(self) -> None:
         self._stop_agent(kill=False)
@@ -165,29 +166,28 @@ class SessionActor(pykka.ThreadingActor):
     def _work(self) -> None:
         if self.turn is not None or self.closing:
             return
-        session = self.store.get_session(self.session_id)
-        if session.state is SessionState.CLOSED:
+        state, pending = self.store.session_work(self.session_id)
+        if state is SessionState.CLOSED:
             self.stop()
             return
-        pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
-        needs_start = session.state is SessionState.CREATING
-        if pending is None and not needs_start:
+        needs_start = state is SessionState.CREATING
+        if not pending and not needs_start:
             self.deps.slots.release(self.session_id)
             return
-        if not self.deps.slots.holds(self.session_id):
-            self.deps.slots.request(self.session_id)  # SlotGranted arrives when admitted
-            return
-        if session.parent_id is not None and pending is not None and self._children_cap_full():
+        if not self.deps.slots.try_take(self.session_id):
+            return  # queued for a slot: SlotGranted arrives when admitted
+        parent_id = self.facts.parent_id
+        if parent_id is not None and pending and self._children_cap_full():
             self.deps.slots.release(self.session_id)  # woken when a sibling's turn ends
             return
         if not self._ensure_agent():
             self._continue()
             return
-        if pending is None:
+        if not pending:
             self.deps.slots.release(self.session_id)
             return
-        collect = session.queue_mode == "collect"
-        cap = self.deps.settings.max_running_children if session.parent_id else None
+        collect = self.facts.queue_mode == "collect"
+        cap = self.deps.settings.max_running_children if parent_id else None
         claimed = self.store.write(
             lambda ctx: turns.begin_next(ctx, self.session_id, self.epoch, collect, cap)
         )
@@ -264,6 +264,7 @@ class SessionActor(pykka.ThreadingActor):
         assert self.conn is not None
         ids = tuple(c.id for c in claimed)
         self.turn = ids
+        self.recorder.take_text()  # a failed turn's leftovers are not the next one's
         self.recorder.command_id = ids[0]
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
         settings = self.deps.settings
@@ -279,13 +280,14 @@ class SessionActor(pykka.ThreadingActor):
                 ref.tell(TurnDone(ids, None if exc else future.result(), exc))
 
         self.turn_timeout = self._turn_timeout()
-        self.deps.loop.when_done(
-            self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s), done
-        )
+        # Not durable on return: the outcome is written behind the turn's last updates
+        # (StoreRecorder.write_after), one commit for both.
+        turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
+        self.deps.loop.when_done(turn, done)
 
     def _turn_timeout(self) -> float | None:
         """A session's own ``turnTimeoutS`` (metadata, e.g. a batch task's timeout) wins."""
-        own = self.store.get_session(self.session_id).metadata.get("turnTimeoutS")
+        own = self.facts.metadata.get("turnTimeoutS")
         return float(own) if own is not None else self.deps.settings.turn_timeout_s
 
     def _turn_done(self, message: TurnDone) -> None:
@@ -295,10 +297,9 @@ class SessionActor(pykka.ThreadingActor):
         self.recorder.command_id = None
         if self.closing:
             return
-        session = self.store.get_session(self.session_id)
         if message.error is not None or message.result is None:
             error = str(message.error) or type(message.error).__name__
-            self.store.write(
+            self._after_frames(
                 lambda ctx: turns.fail_turn(
                     ctx, self.session_id, self.epoch, message.command_ids, error
                 )
@@ -306,11 +307,11 @@ class SessionActor(pykka.ThreadingActor):
             self._stop_agent(kill=True)
         else:
             self._record_outcome(message.command_ids, message.result)
-        if session.parent_id is not None:
+        if self.facts.parent_id is not None:
             # After the outcome committed: a sibling held back by max_running_children
             # must see this session no longer running when it checks.
-            self._wake_siblings(session.parent_id)
-        if message.error is None and session.metadata.get("mode") == "run":
+            self._wake_siblings(self.facts.parent_id)
+        if message.error is None and self.facts.metadata.get("mode") == "run":
             self.deps.slots.release(self.session_id)
             self._close("the run finished")  # mode=run: one turn, then closed
             return
@@ -320,7 +321,7 @@ class SessionActor(pykka.ThreadingActor):
         outcome: dict[str, Any] = {
             "stopReason": result.stop_reason,
             "usage": result.usage,
-            "text": self._final_text(ids[0]),
+            "text": self.recorder.take_text(),
         }
         final, error = CommandState.COMPLETED, None
         if result.timed_out:
@@ -329,15 +330,19 @@ class SessionActor(pykka.ThreadingActor):
             error = f"timeout: the turn ran longer than {self.turn_timeout}s"
         elif result.stop_reason == "cancelled":
             final, error = CommandState.CANCELLED, "cancelled"
-        self.store.write(
+        self._after_frames(
             lambda ctx: turns.finish_turn(
                 ctx, self.session_id, self.epoch, ids, outcome, final, error
             )
         )
 
-    def _final_text(self, command_id: str) -> str:
-        """The agent's message text of this turn (what a caller usually wants back)."""
-        return turn_text(self.store, self.session_id, command_id)
+    def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
+        """Commit a turn's end behind (and with) the turn's last recorded updates; raise
+        what the write raised, as ``store.write`` would."""
+        if self.recorder.failed:
+            self.store.write(fn)  # the frames are lost already; the outcome must not be
+            return
+        self.recorder.write_after(fn).result()
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""

@@ -91,14 +91,23 @@ class Supervisor:
         """The session may have new work."""
         if not self._started:
             return
+        if not self.wake(session_id):
+            self.slots.request(session_id)
+
+    def wake(self, session_id: str) -> bool:
+        """Tell the session's live actor it may have new work; False if none is live. Only a
+        message: safe on any thread, the store's writer included (activating an actor, what
+        ``notify`` may do instead, reads the store)."""
+        if not self._started:
+            return True  # an unstarted supervisor runs nothing: nothing left to do
         ref = self._live(session_id)
-        if ref is not None:
-            try:
-                ref.tell(Wake())
-                return
-            except pykka.ActorDeadError:
-                pass  # stopped between the check and the tell: activate anew
-        self.slots.request(session_id)
+        if ref is None:
+            return False
+        try:
+            ref.tell(Wake())
+        except pykka.ActorDeadError:
+            return False  # stopped between the check and the tell: activate anew
+        return True
 
     def cancel_turn(self, session_id: str) -> None:
         ref = self._live(session_id)

@@ -7,8 +7,10 @@ work to the supervisor, which runs them as actors against their agents.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,6 @@ from store import (
     Store,
     StoreOptions,
     WriteContext,
-    queries,
 )
 from store import operations as ops
 
@@ -63,6 +64,8 @@ class ControlPlane:
         self._waiters = Waiters(store)
         self._closed = False
         self._bridge: SubagentBridge | None = None
+        # Activates sessions for prompts submitted without blocking (submit_prompt).
+        self._activations = ThreadPoolExecutor(1, thread_name_prefix="cp-activate")
 
     @classmethod
     def open(
@@ -123,6 +126,7 @@ class ControlPlane:
         if self._closed:
             return
         self._closed = True
+        self._activations.shutdown(wait=True)
         self.supervisor.stop()
         if self._bridge is not None:
             self.loop.call(self._bridge.stop(), 10)
@@ -213,12 +217,26 @@ class ControlPlane:
         turn, ``collect`` merges with prompts queued meanwhile, ``steer`` cancels the running
         turn and runs next, ``interrupt`` also cancels everything queued before it.
         """
+        return self.submit_prompt(
+            session_id, prompt, idempotency_key=idempotency_key, mode=mode
+        ).result()
+
+    def submit_prompt(
+        self,
+        session_id: str,
+        prompt: PromptInput,
+        *,
+        idempotency_key: str | None = None,
+        mode: QueueMode | str | None = None,
+    ) -> Future[CommandRecord]:
+        """``prompt`` without blocking: the future resolves once the command is durable (and
+        the session's actor has been told). For callers on an event loop
+        (``asyncio.wrap_future``), where a thread hop per prompt would be pure overhead."""
         payload = {"content": prompt_blocks(prompt)}
         chosen = QueueMode(mode) if mode is not None else None
 
         def write(ctx: WriteContext) -> tuple[CommandRecord, bool]:
-            session = queries.get_session(ctx.conn, session_id)
-            effective = chosen or QueueMode(session.queue_mode)
+            effective = chosen or QueueMode(ops.queue_mode_of(ctx, session_id))
             known = ops.find_by_key(ctx, session_id, idempotency_key)
             if known is not None:  # a retry: never cancel anything twice
                 return ops.enqueue(
@@ -235,11 +253,28 @@ class ControlPlane:
             ).command
             return command, cancels
 
-        command, cancel_running = self.store.write(write)
-        if cancel_running:
-            self.supervisor.cancel_turn(session_id)
-        self.supervisor.notify(session_id)
-        return command
+        done: Future[CommandRecord] = Future()
+
+        def committed(future: Future[tuple[CommandRecord, bool]]) -> None:
+            # On the store's writer thread, after the commit: telling actors never blocks.
+            exc = future.exception()
+            if exc is not None:
+                done.set_exception(exc)
+                return
+            command, cancel_running = future.result()
+            try:
+                if cancel_running:
+                    self.supervisor.cancel_turn(session_id)
+                if not self.supervisor.wake(session_id):
+                    # Activation reads the store: not on the writer thread. (Refused once
+                    # closing: the command stays queued in the store for the next open.)
+                    with contextlib.suppress(RuntimeError):
+                        self._activations.submit(self.supervisor.notify, session_id)
+            finally:
+                done.set_result(command)
+
+        self.store.submit(write).add_done_callback(committed)
+        return done
 
     def set_mode(
         self, session_id: str, mode_id: str, *, idempotency_key: str | None = None

@@ -14,9 +14,10 @@ and file access come back from the protocol loop with ``run_coroutine_threadsafe
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
+import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -47,25 +48,45 @@ from actors.launch import launch_agent
 from control_plane.api import ControlPlane
 from control_plane.config import Config
 from control_plane.outcome import Outcome
+from control_plane.waiting import FINAL
+from protocol import json_codec
 from protocol.connection import AgentConnection
 from protocol.front_tap import guard_input
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
 from protocol.replay import conversation_updates, update_of
 from protocol.rpc_errors import to_request_error, turn_failed
 from state_machines import CommandState, ControlPlaneError, SessionNotFound
-from store import AgentSpec, queries
+from store import (
+    AgentSpec,
+    CommandRecord,
+    CommittedEvent,
+    EventRecord,
+    SessionCommit,
+    queries,
+)
 
 log = logging.getLogger(__name__)
 
 SERVE_INFO = Implementation(name="acpctl-serve", title="acp-control-plane", version="0.1.0")
 LIST_PAGE = 50
+# Updates per write when session/load replays a stored conversation.
+REPLAY_BATCH = 256
+# How long a prompt waits on its feed before checking the command in the store itself.
+FEED_CHECK_S = 30.0
 
 
 class ServeAgent:
     """Duck-typed ``acp.Agent``: methods not defined here answer -32601."""
 
-    def __init__(self, cp: ControlPlane, agent: AgentSpec, queue_mode: str = "followup") -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        agent: AgentSpec,
+        out: asyncio.StreamWriter,
+        queue_mode: str = "followup",
+    ) -> None:
         self.cp = cp
+        self.out = out  # the client stream (the SDK connection writes to it too)
         self.agent = agent
         self.queue_mode = queue_mode
         self.client: AgentSideConnection | None = None
@@ -145,9 +166,13 @@ class ServeAgent:
         self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any
     ) -> LoadSessionResponse:
         events = await self._events(session_id)
-        assert self.client is not None
+        batch: list[dict[str, Any]] = []
         for update in conversation_updates(events):
-            await self._send_update(session_id, update)
+            batch.append(update)
+            if len(batch) >= REPLAY_BATCH:
+                await self._send_updates(session_id, batch)
+                batch = []
+        await self._send_updates(session_id, batch)
         return LoadSessionResponse()
 
     async def resume_session(
@@ -184,26 +209,22 @@ class ServeAgent:
     # -- turns ---------------------------------------------------------------------------
 
     async def prompt(self, session_id: str, prompt: list[Any], **meta: Any) -> PromptResponse:
-        session = await self._session(session_id)
         blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
-        wake = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def on_commit(session_ids: set[str]) -> None:  # store writer thread
-            if session_id in session_ids:
-                loop.call_soon_threadsafe(wake.set)
-
-        unsubscribe = self.cp.store.subscribe(on_commit)
+        feed = _TurnFeed(asyncio.get_running_loop())
+        # Watch before enqueueing: every event of the new command is committed after this.
+        unwatch = self.cp.store.watch_session(session_id, feed.on_commit)
         try:
             try:
-                command = await asyncio.to_thread(
-                    self.cp.prompt, session_id, blocks, idempotency_key=_idempotency_key(meta)
+                command = await asyncio.wrap_future(
+                    self.cp.submit_prompt(
+                        session_id, blocks, idempotency_key=_idempotency_key(meta)
+                    )
                 )
             except ControlPlaneError as exc:
                 raise to_request_error(exc) from None
-            outcome = await self._stream_turn(session_id, command.id, session.last_event_seq, wake)
+            outcome = await self._stream_turn(command, feed)
         finally:
-            unsubscribe()
+            unwatch()
         if outcome.state is CommandState.FAILED and not outcome.stop_reason:
             raise turn_failed(outcome.error or "the turn failed")
         stop = outcome.stop_reason
@@ -211,27 +232,59 @@ class ServeAgent:
             stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
         return PromptResponse(stop_reason=stop)
 
-    async def _stream_turn(
-        self, session_id: str, command_id: str, after_seq: int, wake: asyncio.Event
-    ) -> Outcome:
-        """Forward the command's updates as they are committed; the outcome once it is final
-        and every update before it has been sent."""
-        last = after_seq
+    async def _stream_turn(self, command: CommandRecord, feed: _TurnFeed) -> Outcome:
+        """Forward the command's updates as they are committed (from the session feed, not
+        by reading the log back), then its outcome once it is final: the outcome commits
+        after, or with, the turn's last update, so every update has been sent by then."""
+        session_id, command_id = command.session_id, command.id
+        last = 0
+        if command.state is not CommandState.QUEUED:
+            # A repeated request (same idempotency key) for a command that already ran or
+            # is running: what it committed before we watched is in the log.
+            last = await self._forward_stored(session_id, command_id, last)
+            if command.state in FINAL:
+                return Outcome.of(command)
         while True:
-            wake.clear()
-            events = await asyncio.to_thread(self.cp.events, session_id, last, 500)
-            for event in events:
-                last = event.seq
-                update = update_of(event) if event.command_id == command_id else None
-                if update is not None:
-                    await self._send_update(session_id, update)
-            if events:
+            shares = await feed.next(FEED_CHECK_S)
+            if shares is None:
+                # Nothing committed for a while: a long turn, or a turn that ended without
+                # this watcher being told (it cannot, but a hung prompt would be worse).
+                current = await asyncio.to_thread(self.cp.command, command_id)
+                if current.state not in FINAL:
+                    continue
+                await self._forward_stored(session_id, command_id, last)
+                return Outcome.of(current)
+            events = [event for share in shares for event in share.events]
+            last = await self._forward(session_id, command_id, events, last)
+            for share in shares:
+                for record in share.finished:
+                    if record.id == command_id:
+                        return Outcome.of(record)
+
+    async def _forward_stored(self, session_id: str, command_id: str, last: int) -> int:
+        """Send the command's updates found in the log above ``last``."""
+        stored = await asyncio.to_thread(self.cp.store.command_events, session_id, command_id)
+        return await self._forward(session_id, command_id, stored, last)
+
+    async def _forward(
+        self,
+        session_id: str,
+        command_id: str,
+        events: Sequence[EventRecord | CommittedEvent],
+        last: int,
+    ) -> int:
+        """Send the updates of ``command_id`` among ``events``, each once: events at or
+        below ``last`` were sent. Returns the new ``last``."""
+        updates: list[dict[str, Any]] = []
+        for event in events:
+            if event.seq <= last or event.command_id != command_id:
                 continue
-            outcome = await asyncio.to_thread(self.cp.result, command_id)
-            if outcome is not None:
-                return outcome
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), 0.5)
+            last = event.seq
+            update = update_of(event)
+            if update is not None:
+                updates.append(update)
+        await self._send_updates(session_id, updates)
+        return last
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         try:
@@ -286,12 +339,63 @@ class ServeAgent:
         except SessionNotFound as exc:
             raise to_request_error(exc) from None
 
-    async def _send_update(self, session_id: str, update: dict[str, Any]) -> None:
-        # Raw: the SDK's typed path would drop update kinds its models do not know.
-        assert self.client is not None
-        await self.client._conn.send_notification(
-            "session/update", {"sessionId": session_id, "update": update}
+    async def _send_updates(self, session_id: str, updates: list[dict[str, Any]]) -> None:
+        """``session/update`` notifications, raw (the SDK's typed path would drop update
+        kinds its models do not know), written as one block on the client stream. Not
+        through the SDK's sender: it awaits a queue hand-off and a drain per message, which
+        cost more than the whole rest of forwarding a 100-update turn. Each message is one
+        ``write`` of whole lines, so nothing interleaves with the SDK's own messages, and
+        the prompt's response (sent by the SDK after ``prompt`` returns) comes after."""
+        if not updates:
+            return
+        blob = b"\n".join(
+            json_codec.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session_id, "update": update},
+                }
+            )
+            for update in updates
         )
+        self.out.write(blob + b"\n")
+        await self.out.drain()
+
+
+class _TurnFeed:
+    """A session's committed events and finished commands, moved from the store's writer
+    thread to the serve loop in commit order. ``next`` returns everything that arrived
+    since the last call at once (one loop wake-up per burst, not per commit)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._shares: list[SessionCommit] = []
+        self._wake: asyncio.Event = asyncio.Event()
+        self._wake_pending = False
+
+    def on_commit(self, share: SessionCommit) -> None:  # store writer thread
+        with self._lock:
+            self._shares.append(share)
+            if self._wake_pending:
+                return  # the loop has not taken the previous ones yet: it will take this too
+            self._wake_pending = True
+        self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def next(self, timeout: float) -> list[SessionCommit] | None:
+        """The shares committed since the last call, oldest first; None after ``timeout``
+        seconds without any."""
+        if not self._wake.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+        with self._lock:
+            shares, self._shares = self._shares, []
+            self._wake_pending = False
+            self._wake.clear()
+        return shares
 
 
 class _Bridge:
@@ -350,7 +454,7 @@ class _Bridge:
 
 
 class _NullRecorder:
-    def update(self, frame: str) -> None:
+    def update(self, frame: str, message: dict[str, Any]) -> None:
         return None
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
@@ -377,10 +481,10 @@ async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
     db = config.db_path
     db.parent.mkdir(parents=True, exist_ok=True)
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
-    server = ServeAgent(cp, agent, config.queue_mode.value)
-    bridge.agent = server
     try:
         reader, writer = await stdio_streams(limit=1024 * 1024)
+        server = ServeAgent(cp, agent, writer, config.queue_mode.value)
+        bridge.agent = server
         guarded = asyncio.StreamReader(limit=1024 * 1024)
         pump = asyncio.create_task(guard_input(reader, guarded, writer, max_frame_bytes))
         conn = AgentSideConnection(

@@ -5,8 +5,10 @@ Built on the SDK's stdio transport (``spawn_stdio_transport``, the same spawn an
 between the child's stdout and the SDK reader. The tap sees every line before the SDK does,
 so it can
 
-- hand each ``session/update`` frame to the recorder verbatim and in wire order (the SDK runs
-  every notification as its own task, and drops update kinds its models do not know);
+- hand each ``session/update`` frame to the recorder verbatim and in wire order, and only to
+  the recorder (the SDK would run every notification as its own task, validate it into typed
+  models and drop update kinds its models do not know: work the control plane has no use
+  for, and the largest per-frame cost of a streaming turn);
 - refuse a frame over ``max_frame_bytes`` or a line that is not a JSON object, which the SDK
   would buffer without bound or silently skip; either ends the connection with a typed
   ``AgentProtocolError`` and an event.
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from acp.schema import (
 )
 from acp.transports import spawn_stdio_transport
 
-from protocol import sdk_logging
+from protocol import json_codec, sdk_logging
 from protocol.client import ControlPlaneClient, FsForward
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
@@ -54,10 +55,11 @@ class Recorder(Protocol):
     """Where a connection's output goes (the actors write it to the store).
 
     ``update`` and ``event`` are called on the loop, in wire order, and must not block: queue
-    the write and return. ``flush`` resolves once everything handed over is durable.
+    the write and return. ``update`` gets the frame's text verbatim and the tap's parse of it
+    (to read, not to keep). ``flush`` resolves once everything handed over is durable.
     """
 
-    def update(self, frame: str) -> None: ...
+    def update(self, frame: str, message: dict[str, Any]) -> None: ...
 
     def event(self, kind: str, payload: dict[str, Any]) -> None: ...
 
@@ -258,22 +260,29 @@ class AgentConnection:
         if not stripped.startswith(b"{"):
             self._fail(f"agent wrote a non-JSON line to stdout: {stripped[:120]!r}")
             return False
-        if b'"session/update"' in stripped:
-            self._record_update(stripped)
+        if b'"session/update"' in stripped and self._take_update(stripped):
+            return True
         sink.feed_data(stripped + b"\n")
         return True
 
-    def _record_update(self, line: bytes) -> None:
+    def _take_update(self, line: bytes) -> bool:
+        """Record a ``session/update`` notification; True when it was one. Such frames are
+        not handed to the SDK: the control plane's only use for them is the verbatim record,
+        and the SDK would validate each into typed models in a task of its own (the largest
+        per-frame cost of a streaming turn) only for ``session_update`` to drop it."""
         try:
-            frame = json.loads(line)
+            frame = json_codec.loads(line)
         except ValueError:
-            return  # the SDK logs and skips it; there is nothing verbatim worth keeping
-        if (
+            return False  # the SDK logs and skips it; there is nothing verbatim worth keeping
+        if not (
             isinstance(frame, dict)
             and frame.get("method") == "session/update"
             and "id" not in frame
-        ) and not self._replaying:
-            self._recorder.update(line.decode("utf-8", errors="replace"))
+        ):
+            return False
+        if not self._replaying:
+            self._recorder.update(line.decode("utf-8", errors="replace"), frame)
+        return True
 
     def _fail(self, message: str) -> None:
         if self._failure is None:
@@ -386,9 +395,12 @@ class AgentConnection:
         blocks: Sequence[dict[str, Any]],
         timeout_s: float | None = None,
         grace_s: float = 5.0,
+        durable: bool = True,
     ) -> TurnResult:
         """One turn. On ``timeout_s``: cancel, and kill the agent if the turn has not ended
-        ``grace_s`` later (then ``AgentExited``). Returns once the turn's updates are durable."""
+        ``grace_s`` later (then ``AgentExited``). Returns once the turn's updates are durable;
+        with ``durable=False`` as soon as the agent answered, every update handed to the
+        recorder (the session actor then commits the outcome together with the last ones)."""
         conn = self._require_conn()
         session_id = self._require_session()
         self.permissions.turn_started()
@@ -410,7 +422,8 @@ class AgentConnection:
                     await self.kill()
             response = await turn
         finally:
-            await self._recorder.flush()
+            if durable:
+                await self._recorder.flush()
         usage = (
             None
             if response.usage is None

@@ -12,6 +12,8 @@ import asyncio
 import json
 from typing import Any
 
+from protocol import json_codec
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
@@ -27,7 +29,7 @@ def check_frame(line: bytes, max_frame_bytes: int) -> bytes | None:
     if len(line) > max_frame_bytes:
         return _error(INVALID_REQUEST, f"Invalid Request: frame over {max_frame_bytes} bytes")
     try:
-        value = json.loads(line)
+        value = json_codec.loads(line)
     except ValueError:
         return _error(PARSE_ERROR, "Parse error: not valid JSON")
     if not isinstance(value, dict):

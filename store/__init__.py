@@ -3,6 +3,7 @@
 from store.async_reads import AsyncReader
 from store.engine import Synchronous
 from store.faults import InjectedFault
+from store.feed import CommittedEvent, SessionCommit
 from store.integrity import IntegrityCheck
 from store.records import (
     AgentSpec,
@@ -29,12 +30,14 @@ __all__ = [
     "BindingSpec",
     "CommandKind",
     "CommandRecord",
+    "CommittedEvent",
     "EnqueueResult",
     "EventRecord",
     "InjectedFault",
     "IntegrityCheck",
     "NewEvent",
     "RecoveryReport",
+    "SessionCommit",
     "SessionRecord",
     "SinkKind",
     "SpawnResult",

@@ -31,6 +31,12 @@ NEXT_COMMAND_SEQ = (
     "WHERE id = ? AND state != 'closed' RETURNING last_command_seq"
 )
 SESSION_STATE = "SELECT state FROM sessions WHERE id = ?"
+# What a session actor needs before claiming: its state and whether anything is queued.
+SESSION_WORK = (
+    "SELECT s.state, EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id "
+    "AND c.state = 'queued') FROM sessions s WHERE s.id = ?"
+)
+SESSION_QUEUE_MODE = "SELECT queue_mode FROM sessions WHERE id = ?"
 INSERT_COMMAND = (
     f"INSERT INTO commands ({_CMD_COLS}) VALUES ({', '.join('?' for _ in COMMAND_COLUMNS)})"
 )

@@ -316,6 +316,14 @@ def _insert_command(
     return hot.command_from_tuple(record)
 
 
+def queue_mode_of(ctx: WriteContext, session_id: str) -> str:
+    """The session's queue mode (``SessionNotFound`` for an unknown id)."""
+    row = ctx.raw.execute(hot.SESSION_QUEUE_MODE, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return str(row[0])
+
+
 def find_by_key(ctx: WriteContext, session_id: str, key: str | None) -> str | None:
     """The id of the session's command with this idempotency key, if any."""
     if key is None:
@@ -372,9 +380,11 @@ def _transition_command(
             raise CommandNotFound(command_id)
         state = CommandState(current[hot.COMMAND_COLUMNS.index("state")])
         COMMAND_MACHINE.next_state(state, event, subject=command_id)  # raises
+    record = hot.command_from_tuple(row)
     if target in COMMAND_MACHINE.final:
         ctx.finished_commands.add(command_id)
-    return hot.command_from_tuple(row)
+        ctx.finished_records.append(record)
+    return record
 
 
 def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
@@ -491,6 +501,8 @@ def _append(
             hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
         )
     ctx.event_sessions.add(session_id)
+    frames = [(e.kind, e.raw, None) for e in appended]
+    ctx.appended.append((session_id, first, command_id, frames, now))
     return appended
 
 
@@ -503,10 +515,14 @@ def append_events(
 
 
 def append_frames(
-    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[tuple[str, str]]
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[tuple[str, str, Any]],
 ) -> int:
-    """The recorder's path: ``(kind, JSON text)`` pairs the caller already parsed (the raw tap
-    did), appended with one ``executemany`` and no records built. Returns the last seq."""
+    """The recorder's path: ``(kind, JSON text, parsed)`` frames the caller already parsed
+    (the raw tap did; ``parsed`` may be None and is only handed on to the session feeds),
+    appended with one ``executemany`` and no records built. Returns the last seq."""
     if not new:
         return 0
     raw = ctx.raw
@@ -522,10 +538,11 @@ def append_frames(
         hot.INSERT_EVENT_NO_RETURN,
         [
             (session_id, first + i, command_id, kind, text, now)
-            for i, (kind, text) in enumerate(new)
+            for i, (kind, text, _) in enumerate(new)
         ],
     )
     ctx.event_sessions.add(session_id)
+    ctx.appended.append((session_id, first, command_id, new, now))
     return int(last)
 
 

@@ -87,6 +87,16 @@ def events_after(
     return [event_from_row(r) for r in conn.execute(events_query(session_id, after_seq, limit))]
 
 
+def command_events(conn: Connection, session_id: str, command_id: str) -> list[EventRecord]:
+    """The events one command produced, in order (through ``ix_events_session_command``)."""
+    query = (
+        select(events)
+        .where(events.c.session_id == session_id, events.c.command_id == command_id)
+        .order_by(events.c.seq)
+    )
+    return [event_from_row(r) for r in conn.execute(query)]
+
+
 def commands_of(conn: Connection, session_id: str) -> list[CommandRecord]:
     rows = conn.execute(
         select(commands).where(commands.c.session_id == session_id).order_by(commands.c.seq)

@@ -8,19 +8,22 @@ holding it has committed (with ``synchronous=FULL``: until it is on disk).
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
 
-from state_machines import SessionState, StoreError
+from state_machines import SessionNotFound, SessionState, StoreError
+from store import hot_sql as hot
 from store import operations as ops
 from store import queries
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
+from store.feed import FeedListener, SessionFeeds
 from store.integrity import IntegrityCheck, check_database_file
 from store.migrate import upgrade_to_head
 from store.ownership import this_owner
@@ -39,7 +42,7 @@ from store.records import (
     SubagentLimits,
 )
 from store.retry import retry_on_lock
-from store.writer import GroupCommitWriter, WriteContext
+from store.writer import Commit, GroupCommitWriter, WriteContext
 
 T = TypeVar("T")
 EventsListener = Callable[[set[str]], None]
@@ -68,6 +71,7 @@ class Store:
         self._listeners: list[EventsListener] = []
         self._command_listeners: list[CommandsListener] = []
         self._listeners_lock = threading.Lock()
+        self._feeds = SessionFeeds()
         self._writer = GroupCommitWriter(
             write_engine, path, options.lock_timeout_s, on_commit=self._notify
         )
@@ -136,6 +140,27 @@ class Store:
 
         return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
 
+    def read_raw(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on a pooled reader's driver connection, outside any transaction: for
+        the hot paths' single fixed-SQL statements (each one reads one committed snapshot),
+        at a fraction of a Core query's cost."""
+
+        def attempt() -> T:
+            fairy = self._read_engine.raw_connection()
+            try:
+                return fn(cast(sqlite3.Connection, fairy.driver_connection))
+            finally:
+                fairy.close()
+
+        return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
+
+    def session_work(self, session_id: str) -> tuple[SessionState, bool]:
+        """The session's state and whether it has a queued command (``SessionNotFound``)."""
+        row = self.read_raw(lambda raw: raw.execute(hot.SESSION_WORK, (session_id,)).fetchone())
+        if row is None:
+            raise SessionNotFound(session_id)
+        return SessionState(row[0]), bool(row[1])
+
     def subscribe(self, listener: EventsListener) -> Callable[[], None]:
         """Call ``listener(session_ids)`` on the writer thread after each commit that
         appended events. Keep it short (hand the work to another thread). Returns an
@@ -163,14 +188,22 @@ class Store:
 
         return unsubscribe
 
-    def _notify(self, session_ids: set[str], finished_commands: set[str]) -> None:
+    def watch_session(self, session_id: str, listener: FeedListener) -> Callable[[], None]:
+        """Call ``listener(SessionCommit)`` on the writer thread after each commit that
+        appended events to ``session_id`` or finished one of its commands: the committed
+        events and records themselves, in commit order (store/feed.py). Returns the
+        function that stops it."""
+        return self._feeds.watch(session_id, listener)
+
+    def _notify(self, commit: Commit) -> None:
         with self._listeners_lock:
-            listeners = list(self._listeners) if session_ids else []
-            command_listeners = list(self._command_listeners) if finished_commands else []
+            listeners = list(self._listeners) if commit.sessions else []
+            command_listeners = list(self._command_listeners) if commit.finished else []
+        self._feeds.publish(commit)
         for listener in listeners:
-            listener(session_ids)
+            listener(commit.sessions)
         for command_listener in command_listeners:
-            command_listener(finished_commands)
+            command_listener(commit.finished)
 
     @property
     def commit_stats(self) -> tuple[int, int]:
@@ -287,6 +320,9 @@ class Store:
             return queries.events_after(conn, session_id, after_seq, limit)
 
         return self.read(run)
+
+    def command_events(self, session_id: str, command_id: str) -> list[EventRecord]:
+        return self.read(lambda c: queries.command_events(c, session_id, command_id))
 
     def bindings_of(self, session_id: str, active_only: bool = True) -> list[BindingRecord]:
         return self.read(lambda c: queries.bindings_of(c, session_id, active_only))

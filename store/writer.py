@@ -16,7 +16,7 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
@@ -42,9 +42,39 @@ class WriteContext:
     # listeners are told after the commit.
     event_sessions: set[str] = field(default_factory=set)
     finished_commands: set[str] = field(default_factory=set)
+    # What was appended and finished, for the session feeds (store/feed.py): one entry per
+    # append, ``(session_id, first seq, command_id, frames, created_at)`` with frames
+    # ``(kind, JSON text, parsed or None)``, and the finished commands' records. References
+    # only: nothing is copied unless someone watches.
+    appended: list[tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]] = field(
+        default_factory=list
+    )
+    finished_records: list[Any] = field(default_factory=list)
 
     def after_commit(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)
+
+    def isolated(self, fn: Callable[[WriteContext], T]) -> tuple[bool, T | Exception]:
+        """Run ``fn`` inside a savepoint of this write: if it raises, what it wrote (and
+        what it registered here for after the commit) is undone and ``(False, error)``
+        returned, while the rest of the write stands. Lock and I/O errors still propagate."""
+        raw = self.raw
+        marks = (len(self._hooks), len(self.appended), len(self.finished_records))
+        sets = (set(self.event_sessions), set(self.finished_commands))
+        raw.execute("SAVEPOINT isolated")
+        try:
+            value = fn(self)
+        except Exception as exc:
+            if _is_connection_level(exc):
+                raise
+            raw.execute("ROLLBACK TO isolated")
+            raw.execute("RELEASE isolated")
+            del self._hooks[marks[0] :], self.appended[marks[1] :]
+            del self.finished_records[marks[2] :]
+            self.event_sessions, self.finished_commands = sets
+            return False, exc
+        raw.execute("RELEASE isolated")
+        return True, value
 
     @property
     def raw(self) -> sqlite3.Connection:
@@ -53,6 +83,27 @@ class WriteContext:
 
 
 WriteFn = Callable[[WriteContext], T]
+
+
+@dataclass
+class Commit:
+    """What one committed transaction changed, for the listeners told after it."""
+
+    sessions: set[str] = field(default_factory=set)  # sessions with new events
+    finished: set[str] = field(default_factory=set)  # commands that reached a final state
+    appended: list[tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]] = field(
+        default_factory=list
+    )
+    finished_records: list[Any] = field(default_factory=list)
+
+    def add(self, ctx: WriteContext) -> None:
+        self.sessions |= ctx.event_sessions
+        self.finished |= ctx.finished_commands
+        self.appended += ctx.appended
+        self.finished_records += ctx.finished_records
+
+    def __bool__(self) -> bool:
+        return bool(self.sessions or self.finished)
 
 
 @dataclass
@@ -72,7 +123,7 @@ class GroupCommitWriter:
         engine: Engine,
         path: str,
         lock_timeout_s: float,
-        on_commit: Callable[[set[str], set[str]], None] | None = None,
+        on_commit: Callable[[Commit], None] | None = None,
         max_batch: int = 512,
     ) -> None:
         self._engine = engine
@@ -134,7 +185,7 @@ class GroupCommitWriter:
     def _commit_batch(self, conn: Connection, batch: list[_Request[Any]]) -> None:
         live = [r for r in batch if r.future.set_running_or_notify_cancel()]
         try:
-            outcomes, hooks, touched, finished = retry_on_lock(
+            outcomes, hooks, commit = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
         except BaseException as exc:
@@ -150,9 +201,9 @@ class GroupCommitWriter:
                 req.future.set_result(value)
             else:
                 req.future.set_exception(value)
-        if (touched or finished) and self._on_commit is not None:
+        if commit and self._on_commit is not None:
             on_commit = self._on_commit
-            hooks.append(lambda: on_commit(touched, finished))
+            hooks.append(lambda: on_commit(commit))
         for hook in hooks:
             try:
                 hook()
@@ -162,7 +213,7 @@ class GroupCommitWriter:
     @staticmethod
     def _run_transaction(
         conn: Connection, batch: list[_Request[Any]]
-    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], set[str], set[str]]:
+    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit]:
         """Run the batch in one transaction. Optimistically without savepoints (each costs
         as much as a small write); if any write raises, roll back and run the batch again
         with a savepoint around each write, so only the failing ones are undone."""
@@ -175,11 +226,10 @@ class GroupCommitWriter:
     @staticmethod
     def _attempt(
         conn: Connection, batch: list[_Request[Any]], isolate: bool
-    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], set[str], set[str]] | None:
+    ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit] | None:
         outcomes: list[tuple[bool, Any]] = []
         hooks: list[Callable[[], None]] = []
-        touched: set[str] = set()
-        finished: set[str] = set()
+        commit = Commit()
         lone = len(batch) == 1
         raw = cast(sqlite3.Connection, conn.connection.driver_connection)
         # BEGIN/COMMIT straight on the driver: SQLAlchemy's begin/commit path costs ~5x the
@@ -210,8 +260,7 @@ class GroupCommitWriter:
                         raw.execute("RELEASE w")
                     outcomes.append((True, value))
                     hooks.extend(ctx._hooks)
-                    touched |= ctx.event_sessions
-                    finished |= ctx.finished_commands
+                    commit.add(ctx)
             if raw.in_transaction:
                 raw.execute("COMMIT")
         except BaseException:
@@ -221,7 +270,7 @@ class GroupCommitWriter:
         finally:
             if conn.in_transaction():
                 conn.rollback()  # only SQLAlchemy's bookkeeping: the driver is done
-        return outcomes, hooks, touched, finished
+        return outcomes, hooks, commit
 
 
 def _is_connection_level(exc: BaseException) -> bool:

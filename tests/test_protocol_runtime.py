@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from acp.schema import PermissionOption, ToolCallUpdate
 
+from protocol.client import ControlPlaneClient
 from protocol.connection import AgentConnection
 from protocol.permissions import Decision, PermissionPolicy
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
@@ -47,6 +48,26 @@ def test_thousand_rapid_updates_are_recorded_in_wire_order_verbatim(harness: Age
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     first = events[0].raw
     assert first.startswith("{") and '"method":"session/update"' in first.replace(" ", "")
+
+
+def test_updates_go_to_the_recorder_only_not_through_the_sdk(
+    harness: AgentHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK would validate every notification into typed models in a task of its own;
+    # the tap hands update frames to the recorder and keeps them from the SDK.
+    seen: list[Any] = []
+
+    async def counting(self: Any, session_id: str, update: Any, **_: Any) -> None:
+        seen.append(update)
+
+    monkeypatch.setattr(ControlPlaneClient, "session_update", counting)
+    conn = harness.connect()
+    _start(harness, conn)
+    result = harness.run(conn.prompt(_text("#chunks=50")))
+    assert result.stop_reason == "end_turn"
+    assert seen == []
+    assert harness.message_text().startswith("c0 c1 ")
+    assert len(harness.events("session_update")) >= 50
 
 
 def test_prompt_streams_thought_message_and_tool_call_and_returns_usage(

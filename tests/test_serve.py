@@ -22,8 +22,10 @@ from acp.schema import (
 )
 
 
-def _serve_argv(tmp: Path) -> list[str]:
+def _serve_argv(tmp: Path, invocations: Path | None = None) -> list[str]:
     agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp / 'agent-state.json'}"
+    if invocations is not None:
+        agent += f" --invocations-file {invocations}"
     return ["-m", "control_plane.cli", "--db", str(tmp / "cp.db"), "serve", "--agent", agent]
 
 
@@ -62,17 +64,19 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
-async def _session(tmp: Path, client: Client, body: Any) -> Any:
+async def _session(tmp: Path, client: Client, body: Any, invocations: Path | None = None) -> Any:
     (tmp / "none.toml").write_text("")
     with (tmp / "serve.log").open("ab") as log:
-        return await _run_client(tmp, client, body, log.fileno())
+        return await _run_client(tmp, client, body, log.fileno(), invocations)
 
 
-async def _run_client(tmp: Path, client: Client, body: Any, log: int) -> Any:
+async def _run_client(
+    tmp: Path, client: Client, body: Any, log: int, invocations: Path | None = None
+) -> Any:
     async with spawn_agent_process(
         client,
         sys.executable,
-        *_serve_argv(tmp),
+        *_serve_argv(tmp, invocations),
         env=_env(tmp),
         cwd=str(tmp),
         transport_kwargs={"stderr": log, "shutdown_timeout": 5},
@@ -138,6 +142,28 @@ def test_permission_requests_reach_the_client_and_its_answer_goes_back(
         assert f"permission: {expected}" in client.text()
 
     asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 90))
+
+
+def test_a_retried_prompt_with_the_same_key_runs_once_and_streams_the_same_updates(
+    tmp_path: Path,
+) -> None:
+    client = Client()
+    invocations = tmp_path / "invocations.jsonl"
+
+    async def body(conn: Any, proc: Any, init: Any) -> None:
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        prompt = [text_block("#chunks=7 once")]
+        first = await conn.prompt(session_id=sid, prompt=prompt, idempotencyKey="k-1")
+        live = list(client.updates)
+        client.updates.clear()
+        again = await conn.prompt(session_id=sid, prompt=prompt, idempotencyKey="k-1")
+        assert (first.stop_reason, again.stop_reason) == ("end_turn", "end_turn")
+        assert client.updates == live  # the stored updates, once each, in order
+        assert len([u for u in live if u["sessionUpdate"] == "agent_message_chunk"]) == 7
+
+    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body, invocations), 90))
+    runs = [json.loads(line) for line in invocations.read_text().splitlines()]
+    assert len([r for r in runs if "once" in json.dumps(r)]) == 1  # the agent ran it once
 
 
 def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_path: Path) -> None:

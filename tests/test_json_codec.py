@@ -1,0 +1,28 @@
+"""protocol.json_codec: orjson speed without giving up what the standard library reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from protocol import json_codec
+
+
+def test_large_integers_round_trip_exactly() -> None:
+    text = b'{"big": 123456789012345678901234567890, "neg": -9223372036854775809}'
+    value = json_codec.loads(text)
+    assert value == {"big": 123456789012345678901234567890, "neg": -9223372036854775809}
+    assert json.loads(json_codec.dumps(value)) == value
+
+
+def test_text_is_kept_exactly() -> None:
+    value = {"text": "é ✓ \u2028 \"quoted\" \\ end", "n": 1.5, "list": [None, True]}
+    assert json_codec.loads(json_codec.dumps(value)) == value
+    assert json_codec.loads(json.dumps(value).encode()) == value
+
+
+@pytest.mark.parametrize("bad", [b"{not json", b"", b'{"a": 1', b"[1,]"])
+def test_not_json_is_a_value_error(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        json_codec.loads(bad)

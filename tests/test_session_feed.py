@@ -1,0 +1,169 @@
+"""Session feeds (committed events handed to watchers from memory), the recorder's
+``write_after`` (a turn's outcome committed behind its last updates) and ``WriteContext.isolated``.
+A real SQLite store each time."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.recorder import StoreRecorder
+from state_machines import CommandState, IllegalTransition
+from store import NewEvent, SessionCommit, Store, WriteContext
+from store import operations as ops
+from tests.conftest import AGENT
+
+PROMPT = [{"type": "text", "text": "hello"}]
+
+
+def _frame(i: int) -> tuple[str, dict[str, Any]]:
+    message = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": "acp-1",
+            "update": {
+                "sessionUpdate": "agent_message_chunk",
+                "content": {"type": "text", "text": f"c{i} "},
+            },
+        },
+    }
+    return json.dumps(message), message
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.shares: list[SessionCommit] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, share: SessionCommit) -> None:
+        with self.lock:
+            self.shares.append(share)
+
+    @property
+    def seqs(self) -> list[int]:
+        return [e.seq for s in self.shares for e in s.events]
+
+
+def _session(store: Store, tmp: Path) -> tuple[str, str]:
+    spawned = store.spawn(AGENT, str(tmp), None, PROMPT, None)
+    assert spawned.command is not None
+    return spawned.session.id, spawned.command.id
+
+
+def _kinds_after_spawn(store: Store, session_id: str) -> list[str]:
+    return [e.kind for e in store.events(session_id) if e.kind != "session_created"]
+
+
+def test_watchers_get_committed_events_and_finished_commands_in_commit_order(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, cid = _session(store, tmp_path)
+    other, _ = _session(store, tmp_path)
+    seen = Collect()
+    unwatch = store.watch_session(sid, seen)
+    store.claim_next(sid)
+    store.append_events(sid, cid, [NewEvent("note", {"n": 1}), NewEvent("note", {"n": 2})])
+    store.append_events(other, None, [NewEvent("note", {"n": 99})])  # not watched
+    store.write(lambda ctx: ops.append_frames(ctx, sid, cid, [("session_update", "{}", None)]))
+    store.complete(cid, {"stopReason": "end_turn"})
+
+    stored = [e for e in store.events(sid) if e.kind != "session_created"]
+    assert seen.seqs == [e.seq for e in stored]  # everything, in order, nothing else
+    assert [e.raw for s in seen.shares for e in s.events] == [e.raw for e in stored]
+    assert all(e.session_id == sid for s in seen.shares for e in s.events)
+    finished = [r for s in seen.shares for r in s.finished]
+    assert [(r.id, r.state) for r in finished] == [(cid, CommandState.COMPLETED)]
+    assert finished[0].result == {"stopReason": "end_turn"}
+
+    unwatch()
+    store.append_events(sid, None, [NewEvent("note", {"n": 3})])
+    assert seen.seqs == [e.seq for e in stored]  # nothing after unwatch
+
+
+def test_a_write_that_fails_in_a_group_commit_is_not_published(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, cid = _session(store, tmp_path)
+    seen = Collect()
+    store.watch_session(sid, seen)
+
+    def append_then_fail(ctx: WriteContext) -> None:
+        ops.append_events(ctx, sid, cid, [NewEvent("doomed", {})])
+        raise ValueError("rolled back")
+
+    good = store.submit(lambda ctx: ops.append_events(ctx, sid, cid, [NewEvent("kept", {})]))
+    bad = store.submit(append_then_fail)
+    good.result(10)
+    with pytest.raises(ValueError):
+        bad.result(10)
+    kinds = [e.kind for s in seen.shares for e in s.events]
+    assert "doomed" not in kinds and kinds.count("kept") == 1
+    assert _kinds_after_spawn(store, sid) == ["kept"]
+
+
+def test_isolated_undoes_only_the_failing_part_and_what_it_registered(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, cid = _session(store, tmp_path)
+    seen = Collect()
+    store.watch_session(sid, seen)
+
+    def write(ctx: WriteContext) -> tuple[bool, Any]:
+        ops.append_events(ctx, sid, cid, [NewEvent("before", {})])
+
+        def failing(inner: WriteContext) -> None:
+            ops.append_events(inner, sid, cid, [NewEvent("inside", {})])
+            ops.complete(inner, cid, {})  # queued -> completed: illegal, raises
+
+        return ctx.isolated(failing)
+
+    ok, error = store.write(write)
+    assert not ok and isinstance(error, IllegalTransition)
+    assert _kinds_after_spawn(store, sid) == ["before"]
+    assert [e.kind for s in seen.shares for e in s.events] == ["before"]
+    assert store.get_command(cid).state is CommandState.QUEUED
+
+
+def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, cid = _session(store, tmp_path)
+    store.claim_next(sid)
+    recorder = StoreRecorder(store, sid)
+    recorder.command_id = cid
+    for i in range(300):  # some land in flight, the rest wait for the next write
+        recorder.update(*_frame(i))
+
+    def outcome(ctx: WriteContext) -> str:
+        ops.append_events(ctx, sid, cid, [NewEvent("turn_ended", {})])
+        ops.complete(ctx, cid, {"text": "done"})
+        return "ok"
+
+    assert recorder.write_after(outcome).result(30) == "ok"
+    assert _kinds_after_spawn(store, sid) == ["session_update"] * 300 + ["turn_ended"]
+    assert store.get_command(cid).state is CommandState.COMPLETED
+    assert recorder.take_text() == "".join(f"c{i} " for i in range(300))
+    assert recorder.take_text() == ""  # taken: the next turn starts empty
+
+
+def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
+    store: Store, tmp_path: Path
+) -> None:
+    sid, cid = _session(store, tmp_path)
+    recorder = StoreRecorder(store, sid)
+    recorder.command_id = cid
+    for i in range(5):
+        recorder.update(*_frame(i))
+    failed = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {}))  # still queued
+    with pytest.raises(IllegalTransition):
+        failed.result(30)
+    assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
+    assert not recorder.failed  # the frames committed: recording goes on
+    recorder.update(*_frame(5))
+    recorder.flush_future().result(30)
+    assert _kinds_after_spawn(store, sid) == ["session_update"] * 6
