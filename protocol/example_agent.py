@@ -616,7 +616,7 @@ class ExampleAgent:
         return record
 
     def _persist(self, record: SessionRecord) -> None:
-        """Stamp and save the session (atomic replace of the whole state file)."""
+        """Stamp and save the session (one line appended to the state journal)."""
         record.updated_at = utc_now()
         self.state.save(record)
 

@@ -23,6 +23,8 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
+from protocol.example_agent_state import StateFile
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(30)
 
@@ -371,8 +373,9 @@ def test_mode_and_model_changes_notify_and_persist(tmp_path: Path) -> None:
         assert client.kinds() == ["current_mode_update", "config_option_update"]
         assert resp.config_options[0].current_value == "example-large"
         assert [s.session_id for s in listed.sessions] == [sid]
-        stored = json.loads((tmp_path / "state.json").read_text())["sessions"][sid]
-        assert (stored["mode"], stored["model"]) == ("plan", "example-large")
+        stored = StateFile(tmp_path / "state.json").get(sid)
+        assert stored is not None
+        assert (stored.mode, stored.model) == ("plan", "example-large")
 
     asyncio.run(scenario())
 
