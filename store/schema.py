@@ -113,8 +113,6 @@ events = Table(
     # because sinks dedupe by them.
     sqlite_autoincrement=True,
 )
-# A turn's events (final text, serve streaming) without scanning the session's log (0003).
-Index("ix_events_session_command", events.c.session_id, events.c.command_id)
 
 delivery_checkpoints = Table(
     "delivery_checkpoints",

@@ -80,5 +80,5 @@ def test_database_written_by_the_first_release_opens_under_this_one(db_path: Pat
     conn = sqlite3.connect(db_path)
     assert conn.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
     indexes = {r[1] for r in conn.execute("PRAGMA index_list(events)")}
-    assert "ix_events_session_command" in indexes
+    assert "ix_events_session_command" not in indexes  # added by 0003, dropped by 0004
     conn.close()
