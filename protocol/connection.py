@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from protocol.terminals import TerminalManager
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -119,6 +121,8 @@ class AgentConnection:
         self._failure: AgentProtocolError | None = None
         self._stopping = False
         self._replaying = False
+        self._pending = bytearray()  # the tap's partial line
+        self._tap_done = False
         self._exited = asyncio.Event()
         self.init: InitializeResponse | None = None
         self.acp_session_id: str | None = None
@@ -180,9 +184,9 @@ class AgentConnection:
             raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
         self._process = process
         tapped = asyncio.StreamReader(limit=1024 * 1024)
-        pump = asyncio.create_task(self._pump(reader, tapped), name="acp-raw-tap")
+        self._hook_tap(reader, tapped)
         watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
-        self._stack.push_async_callback(_cancel_tasks, pump, watcher)
+        self._stack.push_async_callback(_cancel_tasks, watcher)
         # Duck-typed on purpose (see protocol/client.py), hence not an ``acp.Client`` subtype.
         self._conn = connect_to_agent(
             self.client,  # type: ignore[arg-type]
@@ -229,26 +233,75 @@ class AgentConnection:
 
     # -- the raw tap ---------------------------------------------------------------------
 
-    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
-        limit = self.launch.max_frame_bytes
-        pending = bytearray()
+    def _hook_tap(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
+        """Run the tap inside ``source.feed_data``: the pipe protocol hands every chunk the
+        agent wrote straight to it, and lines are split, checked and recorded right there,
+        with no pump task woken (one event-loop round trip) per chunk. ``feed_data``,
+        ``feed_eof`` and ``set_exception`` are replaced on this one reader object only;
+        nothing reads ``source`` any more (the SDK reads ``sink``), so it never buffers."""
+        original_eof, original_exception = source.feed_eof, source.set_exception
+
+        def feed_eof() -> None:
+            self._tap_end(sink)
+            original_eof()
+
+        def set_exception(exc: Exception) -> None:
+            self._tap_end(sink)
+            original_exception(exc)
+
+        def feed_data(data: bytes) -> None:
+            self._tap_chunk(data, sink)
+
+        source.feed_data = feed_data  # type: ignore[method-assign,assignment]
+        source.feed_eof = feed_eof  # type: ignore[method-assign]
+        source.set_exception = set_exception  # type: ignore[method-assign]
+        # What arrived before the hook (normally nothing: the agent is still starting up).
+        early: bytearray = getattr(source, "_buffer", bytearray())
+        if early:
+            data = bytes(early)
+            early.clear()
+            self._tap_chunk(data, sink)
+        if source.at_eof():
+            self._tap_end(sink)
+
+    def _tap_chunk(self, data: bytes, sink: asyncio.StreamReader) -> None:
+        if self._tap_done:
+            return
         try:
-            while chunk := await source.read(65536):
-                start = 0
-                while (end := chunk.find(b"\n", start)) != -1:
-                    pending += chunk[start:end]
-                    start = end + 1
-                    if not self._take_line(bytes(pending), sink):
-                        return
+            limit = self.launch.max_frame_bytes
+            pending, start = self._pending, 0
+            while (end := data.find(b"\n", start)) != -1:
+                if pending:
+                    pending += data[start:end]
+                    line = bytes(pending)
                     pending.clear()
-                pending += chunk[start:]
-                if len(pending) > limit:
-                    self._fail(f"agent sent a frame over {limit} bytes")
+                else:
+                    line = data[start:end]
+                start = end + 1
+                if not self._take_line(line, sink):
+                    self._tap_close(sink)
                     return
-            if pending:
-                self._take_line(bytes(pending), sink)
-        finally:
-            sink.feed_eof()
+            pending += data[start:]
+            if len(pending) > limit:
+                self._fail(f"agent sent a frame over {limit} bytes")
+                self._tap_close(sink)
+        except Exception as exc:  # runs inside the pipe's data_received: never raise there
+            log.exception("the raw tap failed")
+            self._fail(f"the raw tap failed: {exc}")
+            self._tap_close(sink)
+
+    def _tap_end(self, sink: asyncio.StreamReader) -> None:
+        """The agent's stdout ended: a last line without a newline still counts."""
+        if self._tap_done:
+            return
+        if self._pending:
+            self._take_line(bytes(self._pending), sink)
+        self._tap_close(sink)
+
+    def _tap_close(self, sink: asyncio.StreamReader) -> None:
+        self._tap_done = True
+        self._pending.clear()
+        sink.feed_eof()
 
     def _take_line(self, line: bytes, sink: asyncio.StreamReader) -> bool:
         if len(line) > self.launch.max_frame_bytes:
