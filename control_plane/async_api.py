@@ -42,7 +42,8 @@ class AsyncControlPlane:
         return await asyncio.to_thread(self.sync.spawn, *args, **kwargs)
 
     async def prompt(self, session_id: str, prompt: Any, **kwargs: Any) -> CommandRecord:
-        return await asyncio.to_thread(self.sync.prompt, session_id, prompt, **kwargs)
+        # Straight to the writer, no worker thread: the future resolves after the commit.
+        return await asyncio.wrap_future(self.sync.submit_prompt(session_id, prompt, **kwargs))
 
     async def cancel(self, session_id: str, include_queued: bool = False) -> SessionState:
         return await asyncio.to_thread(self.sync.cancel, session_id, include_queued=include_queued)
