@@ -167,17 +167,22 @@ def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) 
         for s in idle:
             assert s.command is not None
             assert cp.wait(s.command.id, 30).ok
-        # two idle sessions with live agents exist; they must not block new work
-        busy = [
-            cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=5 #delay=150 go") for _ in range(4)
-        ]
-        peak = 0
+        # Two idle sessions with live agents exist; they must not block new work. The busy
+        # turns hang until cancelled, so the two admitted ones are certainly running at the
+        # same time (no reliance on agent start-up times); each is cancelled once both run.
+        busy = [cp.spawn(example_agent(tmp_path), tmp_path, "#hang") for _ in range(4)]
         ids = [b.command.id for b in busy if b.command is not None]
+        peak = 0
+        deadline = time.monotonic() + 90
         while not all(cp.result(i) for i in ids):
-            running = len(cp.list_sessions(state=SessionState.RUNNING))
-            peak = max(peak, running)
+            assert time.monotonic() < deadline, "the busy sessions did not all get their turn"
+            running = cp.list_sessions(state=SessionState.RUNNING)
+            peak = max(peak, len(running))
+            if len(running) == 2 or (running and all(cp.result(i) for i in ids[:2])):
+                for session in running:
+                    cp.cancel(session.id)
             time.sleep(0.02)
-        assert all(cp.result(i).ok for i in ids)  # type: ignore[union-attr]
+        assert all(cp.result(i).state is CommandState.CANCELLED for i in ids)  # type: ignore[union-attr]
         assert peak == 2
         assert cp.supervisor.slots.peak <= 2
 
