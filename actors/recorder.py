@@ -102,9 +102,7 @@ class StoreRecorder:
             self._after.append((fn, future))
             if self._in_flight:
                 return future
-            self._in_flight = True
-            batch, self._buffer = self._buffer, []
-            after, self._after = self._after, []
+            batch, after = self._take_pending()
         self._submit(batch, after)
         return future
 
@@ -114,10 +112,15 @@ class StoreRecorder:
             self._handed += 1
             if self._in_flight:
                 return
-            self._in_flight = True
-            batch, self._buffer = self._buffer, []
-            after, self._after = self._after, []
+            batch, after = self._take_pending()
         self._submit(batch, after)
+
+    def _take_pending(self) -> tuple[list[Frame], list[After]]:
+        """Everything waiting, for the next write (under the lock); marks it in flight."""
+        batch, after = self._buffer, self._after
+        self._buffer, self._after = [], []
+        self._in_flight = bool(batch or after)
+        return batch, after
 
     def _submit(self, batch: list[Frame], after: list[After]) -> None:
         epoch = self.epoch
@@ -152,24 +155,17 @@ class StoreRecorder:
             self._durable += count
             ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
             self._waiters = [w for w in self._waiters if w not in ready]
-            batch, self._buffer = self._buffer, []
-            more, self._after = self._after, []
-            self._in_flight = bool(batch or more)
+            batch, more = self._take_pending()
         for _, waiter in ready:
             if exc is not None:
                 waiter.set_exception(exc)
             else:
                 waiter.set_result(None)
-        results = None if exc is not None else future.result()
-        for i, (_, caller) in enumerate(after):
-            if results is None:
-                assert exc is not None
-                caller.set_exception(exc)
+        results = [(False, exc)] * len(after) if exc is not None else future.result()
+        for (_, caller), (ok, value) in zip(after, results, strict=True):
+            if ok:
+                caller.set_result(value)
             else:
-                ok, value = results[i]
-                if ok:
-                    caller.set_result(value)
-                else:
-                    caller.set_exception(value)
+                caller.set_exception(value)
         if batch or more:
             self._submit(batch, more)

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pykka
-from sqlalchemy import Connection, func, select
 
 from actors import turns
 from actors.launch import launch_for
@@ -57,7 +56,6 @@ from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, Store, WriteContext, queries
 from store import operations as ops
 from store.ownership import this_owner
-from store.schema import sessions
 
 log = logging.getLogger(__name__)
 
@@ -71,21 +69,6 @@ class ActorDeps:
     on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
-
-
-def _siblings_running(conn: Connection, session_id: str) -> int:
-    parent = select(sessions.c.parent_id).where(sessions.c.id == session_id).scalar_subquery()
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(sessions)
-            .where(
-                sessions.c.parent_id == parent,
-                sessions.c.id != session_id,
-                sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value]),
-            )
-        ).scalar_one()
-    )
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -400,7 +383,7 @@ class SessionActor(pykka.ThreadingActor):
         """Checked before starting an agent, so a child held back by max_running_children
         holds no agent process either (the claim re-checks it inside its transaction)."""
         cap = self.deps.settings.max_running_children
-        return bool(self.store.read(lambda c: _siblings_running(c, self.session_id) >= cap))
+        return self.store.read_raw(lambda raw: turns.siblings_running(raw, self.session_id)) >= cap
 
     def _wake_siblings(self, parent_id: str) -> None:
         """A child finished a turn: a sibling held back by max_running_children may go."""

@@ -6,6 +6,7 @@ session to ``running`` and logging the user's prompt commit together or not at a
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -31,7 +32,7 @@ def begin_next(
     ops.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
-        and _siblings_running(ctx, session_id) >= max_running_children
+        and siblings_running(ctx.raw, session_id) >= max_running_children
     ):
         return []
     first = ops.claim_next(ctx, session_id)
@@ -55,13 +56,12 @@ def begin_next(
     return claimed
 
 
-def _siblings_running(ctx: WriteContext, session_id: str) -> int:
-    parent = ctx.raw.execute(
-        "SELECT parent_id FROM sessions WHERE id = ?", (session_id,)
-    ).fetchone()
+def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
+    """How many other children of this session's parent are in a turn (0 without a parent)."""
+    parent = raw.execute("SELECT parent_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if parent is None or parent[0] is None:
         return 0
-    (count,) = ctx.raw.execute(
+    (count,) = raw.execute(
         "SELECT count(*) FROM sessions WHERE parent_id = ? AND id != ? AND state IN (?, ?)",
         (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
     ).fetchone()

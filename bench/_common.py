@@ -90,3 +90,69 @@ def positive_int_list(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"need one or more counts >= 1, got {text!r}")
     return values
+
+
+# -- the two per-turn benchmarks (acp_overhead, serve_overhead) ----------------------------
+
+
+def add_turn_arguments(
+    parser: argparse.ArgumentParser, turns: int, warmup: int, chunks: int
+) -> None:
+    """``--turns``, ``--warmup``, ``--chunks`` for a benchmark of ``#chunks=N`` turns."""
+    parser.add_argument(
+        "--turns",
+        type=positive_int,
+        default=turns,
+        help=f"timed turns per side (default {turns}; at least 20 for the target)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=warmup,
+        help=f"untimed turns per side first (default {warmup})",
+    )
+    parser.add_argument(
+        "--chunks",
+        type=non_negative_int,
+        default=chunks,
+        help=f"message chunks per turn (default {chunks})",
+    )
+
+
+def turn_sides(
+    times: dict[str, list[float]], labels: dict[str, str], baseline: str
+) -> dict[str, dict[str, Any]]:
+    """Per side: median, min/max, ratio of medians and median paired ratio to ``baseline``."""
+    base = times[baseline]
+    base_median = median(base)
+    sides: dict[str, dict[str, Any]] = {}
+    for name, values in times.items():
+        paired = [a / b for a, b in zip(values, base, strict=True)]
+        sides[name] = {
+            "label": labels[name],
+            "median_ms": median(values),
+            "min_max_ms": spread(values),
+            "ratio_of_medians": median(values) / base_median,
+            "median_paired_ratio": median(paired),
+            "times_ms": values,
+        }
+    return sides
+
+
+def print_turn_table(sides: dict[str, dict[str, Any]], versus: str) -> None:
+    """The table of ``turn_sides`` and the line explaining its ratio columns."""
+    column = f"vs {versus}"
+    header = f"{'':<26}{'median ms':>11}{'min':>9}{'max':>9}{column:>11}{'paired':>9}"
+    print(header)
+    print("-" * len(header))
+    for entry in sides.values():
+        lo, hi = entry["min_max_ms"]
+        print(
+            f"{entry['label']:<26}{entry['median_ms']:>11.2f}{lo:>9.2f}{hi:>9.2f}"
+            f"{entry['ratio_of_medians']:>10.3f}x{entry['median_paired_ratio']:>8.3f}x"
+        )
+    print()
+    print(
+        f"{column} = ratio of medians (ms per turn / {versus} client's); paired = median of "
+        "the per-round ratios"
+    )

@@ -54,14 +54,14 @@ from acp.client.connection import ClientSideConnection  # noqa: E402
 
 from actors.recorder import StoreRecorder  # noqa: E402
 from bench._common import (  # noqa: E402
+    add_turn_arguments,
     machine_info,
     median,
-    non_negative_int,
     now,
     peak_rss_mb,
-    positive_int,
+    print_turn_table,
     progress,
-    spread,
+    turn_sides,
 )
 from protocol.connection import AgentConnection, AgentLaunch  # noqa: E402
 from protocol.loop import ProtocolLoop  # noqa: E402
@@ -247,26 +247,14 @@ def measure(
 
 def summarise(raw: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     times: dict[str, list[float]] = raw["sides"]
-    plain = times[PLAIN]
-    plain_median = median(plain)
     report: dict[str, Any] = {
         "config": config,
         "machine": machine_info(),
         "recorded_updates": raw["recorded_updates"],
         "store_transactions_per_turn": raw["store_transactions"] / config["turns"],
         "store_writes_per_turn": raw["store_writes"] / config["turns"],
-        "sides": {},
     }
-    for name, values in times.items():
-        paired = [a / b for a, b in zip(values, plain, strict=True)]
-        report["sides"][name] = {
-            "label": LABELS[name],
-            "median_ms": median(values),
-            "min_max_ms": spread(values),
-            "ratio_of_medians": median(values) / plain_median,
-            "median_paired_ratio": median(paired),
-            "times_ms": values,
-        }
+    report["sides"] = turn_sides(times, LABELS, PLAIN)
     ratio = report["sides"][RUNTIME]["ratio_of_medians"]
     report["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
     report["peak_rss_mb"] = peak_rss_mb()
@@ -284,20 +272,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"{mach['platform']}"
     )
     print()
-    header = f"{'':<26}{'median ms':>11}{'min':>9}{'max':>9}{'vs plain':>10}{'paired':>9}"
-    print(header)
-    print("-" * len(header))
-    for entry in report["sides"].values():
-        lo, hi = entry["min_max_ms"]
-        print(
-            f"{entry['label']:<26}{entry['median_ms']:>11.2f}{lo:>9.2f}{hi:>9.2f}"
-            f"{entry['ratio_of_medians']:>9.3f}x{entry['median_paired_ratio']:>8.3f}x"
-        )
-    print()
-    print(
-        "vs plain = ratio of medians (ms per turn / plain client's); paired = median of the "
-        "per-round ratios"
-    )
+    print_turn_table(report["sides"], "plain")
     print(
         f"session/update frames recorded durably in the timed turns: "
         f"{report['recorded_updates']} ({report['store_writes_per_turn']:.1f} recorder writes "
@@ -317,24 +292,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="ms per '#chunks=N' turn: the runtime (AgentConnection + StoreRecorder on "
         "SQLite) against the SDK's plain client, interleaved turn by turn."
     )
-    parser.add_argument(
-        "--turns",
-        type=positive_int,
-        default=DEFAULT_TURNS,
-        help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=non_negative_int,
-        default=DEFAULT_WARMUP,
-        help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
-    )
-    parser.add_argument(
-        "--chunks",
-        type=non_negative_int,
-        default=DEFAULT_CHUNKS,
-        help=f"message chunks per turn (default {DEFAULT_CHUNKS})",
-    )
+    add_turn_arguments(parser, DEFAULT_TURNS, DEFAULT_WARMUP, DEFAULT_CHUNKS)
     parser.add_argument(
         "--no-null",
         action="store_true",

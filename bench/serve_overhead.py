@@ -62,15 +62,16 @@ from acp.client.connection import ClientSideConnection  # noqa: E402
 from acp.schema import ClientCapabilities  # noqa: E402
 
 from bench._common import (  # noqa: E402
+    add_turn_arguments,
     machine_info,
     median,
-    non_negative_int,
     now,
     peak_rss_mb,
     positive_int,
     positive_int_list,
+    print_turn_table,
     progress,
-    spread,
+    turn_sides,
 )
 
 DEFAULT_TURNS = 30
@@ -224,24 +225,11 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
 
 
 def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
-    times: dict[str, list[float]] = raw["sides"]
-    direct = times[DIRECT]
-    direct_median = median(direct)
     out: dict[str, Any] = {
         "ready_s": raw["ready_s"],
         "first_warmup_turn_ms": raw["first_warmup_turn_ms"],
-        "sides": {},
+        "sides": turn_sides(raw["sides"], LABELS, DIRECT),
     }
-    for name, values in times.items():
-        paired = [a / b for a, b in zip(values, direct, strict=True)]
-        out["sides"][name] = {
-            "label": LABELS[name],
-            "median_ms": median(values),
-            "min_max_ms": spread(values),
-            "ratio_of_medians": median(values) / direct_median,
-            "median_paired_ratio": median(paired),
-            "times_ms": values,
-        }
     ratio = out["sides"][SERVE]["ratio_of_medians"]
     out["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
     return out
@@ -380,20 +368,7 @@ def print_report(report: dict[str, Any]) -> None:
     )
     print()
     turns = report["turns"]
-    header = f"{'':<26}{'median ms':>11}{'min':>9}{'max':>9}{'vs direct':>11}{'paired':>9}"
-    print(header)
-    print("-" * len(header))
-    for entry in turns["sides"].values():
-        lo, hi = entry["min_max_ms"]
-        print(
-            f"{entry['label']:<26}{entry['median_ms']:>11.2f}{lo:>9.2f}{hi:>9.2f}"
-            f"{entry['ratio_of_medians']:>10.3f}x{entry['median_paired_ratio']:>8.3f}x"
-        )
-    print()
-    print(
-        "vs direct = ratio of medians (ms per turn / direct client's); paired = median of the "
-        "per-round ratios"
-    )
+    print_turn_table(turns["sides"], "direct")
     ready, first = turns["ready_s"], turns["first_warmup_turn_ms"]
     print(
         f"start to session ready: serve {ready[SERVE]:.2f} s, direct {ready[DIRECT]:.2f} s; "
@@ -437,24 +412,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="ms per '#chunks=N' turn through acpctl serve against the SDK client "
         "talking to the agent directly (interleaved), and acpctl batch tasks/s at several -j."
     )
-    parser.add_argument(
-        "--turns",
-        type=positive_int,
-        default=DEFAULT_TURNS,
-        help=f"timed turns per side (default {DEFAULT_TURNS}; at least 20 for the target)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=non_negative_int,
-        default=DEFAULT_WARMUP,
-        help=f"untimed turns per side first (default {DEFAULT_WARMUP})",
-    )
-    parser.add_argument(
-        "--chunks",
-        type=non_negative_int,
-        default=DEFAULT_CHUNKS,
-        help=f"message chunks per timed turn (default {DEFAULT_CHUNKS})",
-    )
+    add_turn_arguments(parser, DEFAULT_TURNS, DEFAULT_WARMUP, DEFAULT_CHUNKS)
     parser.add_argument(
         "--tasks",
         type=positive_int,

@@ -98,8 +98,8 @@ class SessionFeeds:
         for record in commit.finished_records:
             if record.session_id in watched:
                 shares.setdefault(record.session_id, SessionCommit()).finished.append(record)
+        # Appends run in seq order inside a transaction, so each share is in seq order.
         for session_id, share in shares.items():
-            share.events.sort(key=lambda e: e.seq)
             for listener in watched[session_id]:
                 try:
                     listener(share)

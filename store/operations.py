@@ -382,7 +382,6 @@ def _transition_command(
         COMMAND_MACHINE.next_state(state, event, subject=command_id)  # raises
     record = hot.command_from_tuple(row)
     if target in COMMAND_MACHINE.final:
-        ctx.finished_commands.add(command_id)
         ctx.finished_records.append(record)
     return record
 
@@ -500,7 +499,6 @@ def _append(
         appended.append(
             hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
         )
-    ctx.event_sessions.add(session_id)
     frames = [(e.kind, e.raw, None) for e in appended]
     ctx.appended.append((session_id, first, command_id, frames, now))
     return appended
@@ -541,7 +539,6 @@ def append_frames(
             for i, (kind, text, _) in enumerate(new)
         ],
     )
-    ctx.event_sessions.add(session_id)
     ctx.appended.append((session_id, first, command_id, new, now))
     return int(last)
 

@@ -197,13 +197,17 @@ class Store:
 
     def _notify(self, commit: Commit) -> None:
         with self._listeners_lock:
-            listeners = list(self._listeners) if commit.sessions else []
-            command_listeners = list(self._command_listeners) if commit.finished else []
+            listeners = list(self._listeners) if commit.appended else []
+            command_listeners = list(self._command_listeners) if commit.finished_records else []
         self._feeds.publish(commit)
-        for listener in listeners:
-            listener(commit.sessions)
-        for command_listener in command_listeners:
-            command_listener(commit.finished)
+        if listeners:
+            sessions = commit.sessions
+            for listener in listeners:
+                listener(sessions)
+        if command_listeners:
+            finished = commit.finished
+            for command_listener in command_listeners:
+                command_listener(finished)
 
     @property
     def commit_stats(self) -> tuple[int, int]:

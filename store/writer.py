@@ -29,6 +29,8 @@ from store.retry import is_locked_error, retry_on_lock
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# One append of a write: (session_id, first seq, command_id, frames, created_at).
+Appended = tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]
 
 
 @dataclass
@@ -38,17 +40,12 @@ class WriteContext:
 
     conn: Connection
     _hooks: list[Callable[[], None]] = field(default_factory=list)
-    # Sessions that got new events / commands that reached a final state in this write;
-    # listeners are told after the commit.
-    event_sessions: set[str] = field(default_factory=set)
-    finished_commands: set[str] = field(default_factory=set)
-    # What was appended and finished, for the session feeds (store/feed.py): one entry per
-    # append, ``(session_id, first seq, command_id, frames, created_at)`` with frames
-    # ``(kind, JSON text, parsed or None)``, and the finished commands' records. References
-    # only: nothing is copied unless someone watches.
-    appended: list[tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]] = field(
-        default_factory=list
-    )
+    # What this write appended and finished; listeners and session feeds are told after the
+    # commit (``Commit``). One entry per append, ``(session_id, first seq, command_id,
+    # frames, created_at)`` with frames ``(kind, JSON text, parsed or None)``, and the
+    # records of commands that reached a final state. References only: nothing is copied
+    # unless someone watches.
+    appended: list[Appended] = field(default_factory=list)
     finished_records: list[Any] = field(default_factory=list)
 
     def after_commit(self, hook: Callable[[], None]) -> None:
@@ -60,7 +57,6 @@ class WriteContext:
         returned, while the rest of the write stands. Lock and I/O errors still propagate."""
         raw = self.raw
         marks = (len(self._hooks), len(self.appended), len(self.finished_records))
-        sets = (set(self.event_sessions), set(self.finished_commands))
         raw.execute("SAVEPOINT isolated")
         try:
             value = fn(self)
@@ -71,7 +67,6 @@ class WriteContext:
             raw.execute("RELEASE isolated")
             del self._hooks[marks[0] :], self.appended[marks[1] :]
             del self.finished_records[marks[2] :]
-            self.event_sessions, self.finished_commands = sets
             return False, exc
         raw.execute("RELEASE isolated")
         return True, value
@@ -89,21 +84,25 @@ WriteFn = Callable[[WriteContext], T]
 class Commit:
     """What one committed transaction changed, for the listeners told after it."""
 
-    sessions: set[str] = field(default_factory=set)  # sessions with new events
-    finished: set[str] = field(default_factory=set)  # commands that reached a final state
-    appended: list[tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]] = field(
-        default_factory=list
-    )
+    appended: list[Appended] = field(default_factory=list)
     finished_records: list[Any] = field(default_factory=list)
 
     def add(self, ctx: WriteContext) -> None:
-        self.sessions |= ctx.event_sessions
-        self.finished |= ctx.finished_commands
         self.appended += ctx.appended
         self.finished_records += ctx.finished_records
 
+    @property
+    def sessions(self) -> set[str]:
+        """Sessions with new events."""
+        return {entry[0] for entry in self.appended}
+
+    @property
+    def finished(self) -> set[str]:
+        """Commands that reached a final state."""
+        return {record.id for record in self.finished_records}
+
     def __bool__(self) -> bool:
-        return bool(self.sessions or self.finished)
+        return bool(self.appended or self.finished_records)
 
 
 @dataclass
