@@ -6,10 +6,23 @@ import hashlib
 import json
 from typing import Any
 
+# One encoder, built once: ``json.dumps`` with arguments builds a new one per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def request_hash(kind: str, payload: Any) -> str:
     return hashlib.sha256(canonical_json({"kind": kind, "payload": payload}).encode()).hexdigest()
+
+
+def canonical_payload(kind: str, payload: Any) -> tuple[str, str]:
+    """``(canonical JSON of payload, request_hash(kind, payload))`` with one encoding of the
+    payload: the canonical form of ``{"kind": k, "payload": p}`` is the two keys in sorted
+    order around the canonical form of ``p``, so the hash is the one ``request_hash``
+    gives (a test pins the equality)."""
+    text = _CANONICAL.encode(payload)
+    envelope = '{"kind":' + _CANONICAL.encode(kind) + ',"payload":' + text + "}"
+    return text, hashlib.sha256(envelope.encode()).hexdigest()

@@ -11,6 +11,7 @@ from the Core tables in ``store/schema.py``, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import operator
 import sqlite3
 from typing import Any
 
@@ -71,16 +72,30 @@ _I_STATE, _I_ATTEMPTS, _I_MAX, _I_RESULT, _I_ERROR = (
 _I_CREATED, _I_STARTED, _I_FINISHED = (_IDX[n] for n in ("created_at", "started_at", "finished_at"))
 
 
+_COMMAND_ROW = operator.itemgetter(*COMMAND_COLUMNS)
+# Enum members by value: a dict lookup instead of an ``Enum(value)`` call (three per write).
+_KINDS: dict[str, CommandKind] = {k.value: k for k in CommandKind}
+_STATES: dict[str, CommandState] = {s.value: s for s in CommandState}
+
+
+def command_row(**values: Any) -> tuple[Any, ...]:
+    """A ``commands`` row as a tuple in ``COMMAND_COLUMNS`` order (every column named)."""
+    if len(values) != len(COMMAND_COLUMNS):
+        raise TypeError(f"a command row names {len(COMMAND_COLUMNS)} columns, got {len(values)}")
+    row: tuple[Any, ...] = _COMMAND_ROW(values)
+    return row
+
+
 def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
     started, finished = row[_I_STARTED], row[_I_FINISHED]
     return CommandRecord(
         id=row[_I_ID],
         session_id=row[_I_SESSION],
         seq=row[_I_SEQ],
-        kind=CommandKind(row[_I_KIND]),
+        kind=_KINDS[row[_I_KIND]],
         payload_json=row[_I_PAYLOAD],
         idempotency_key=row[_I_KEY],
-        state=CommandState(row[_I_STATE]),
+        state=_STATES[row[_I_STATE]],
         attempts=row[_I_ATTEMPTS],
         max_attempts=row[_I_MAX],
         result_json=row[_I_RESULT],

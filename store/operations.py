@@ -7,6 +7,7 @@ and the operation raises ``IllegalTransition`` with the state it found.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -36,7 +37,7 @@ from state_machines.errors import (
 from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
-from store.hashing import canonical_json, request_hash
+from store.hashing import canonical_json, canonical_payload, request_hash
 from store.ownership import owner_alive, this_owner
 from store.records import (
     AgentSpec,
@@ -292,26 +293,26 @@ def _insert_command(
             raise SessionNotFound(session_id)
         raise SessionClosed(session_id)
     now = time.time()
-    values: dict[str, Any] = {
-        "id": new_id(),
-        "session_id": session_id,
-        "seq": row[0],
-        "kind": kind.value,
-        "payload": _dumps(payload),
-        "idempotency_key": idempotency_key,
-        "request_hash": request_hash(kind.value, payload),
-        "state": CommandState.QUEUED.value,
-        "priority": priority,
-        "attempts": 0,
-        "max_attempts": max_attempts,
-        "result": None,
-        "error": None,
-        "created_at": now,
-        "started_at": None,
-        "finished_at": None,
-        "updated_at": now,
-    }
-    record = tuple(values[name] for name in hot.COMMAND_COLUMNS)
+    payload_text, digest = canonical_payload(kind.value, payload)
+    record = hot.command_row(
+        id=new_id(),
+        session_id=session_id,
+        seq=row[0],
+        kind=kind.value,
+        payload=payload_text,
+        idempotency_key=idempotency_key,
+        request_hash=digest,
+        state=CommandState.QUEUED.value,
+        priority=priority,
+        attempts=0,
+        max_attempts=max_attempts,
+        result=None,
+        error=None,
+        created_at=now,
+        started_at=None,
+        finished_at=None,
+        updated_at=now,
+    )
     raw.execute(hot.INSERT_COMMAND, record)
     return hot.command_from_tuple(record)
 
@@ -362,12 +363,18 @@ def enqueue(
 _TRANSITION_SQL: dict[tuple[tuple[str, ...], int], str] = {}
 
 
+@functools.cache
+def _command_event_guard(event: CommandEvent) -> tuple[CommandState, tuple[str, ...]]:
+    """The event's target state and the states it may leave from (from the table)."""
+    (target,) = COMMAND_MACHINE.targets(event)  # every command event has one target state
+    return target, tuple(sorted(s.value for s in COMMAND_MACHINE.sources(event)))
+
+
 def _transition_command(
     ctx: WriteContext, command_id: str, event: CommandEvent, **values: Any
 ) -> CommandRecord:
     """One guarded ``UPDATE ... RETURNING``; a refused guard reads the row to say why."""
-    (target,) = COMMAND_MACHINE.targets(event)  # every command event has one target state
-    allowed = sorted(s.value for s in COMMAND_MACHINE.sources(event))
+    target, allowed = _command_event_guard(event)
     key = (tuple(values), len(allowed))
     sql = _TRANSITION_SQL.get(key)
     if sql is None:
