@@ -11,6 +11,12 @@ the same transaction as the last of it where possible: the session actor records
 outcome this way, so the turn's last updates and its outcome cost one commit, not two in a
 row, and the outcome can never be committed ahead of an update of its turn.
 
+Between writes the recorder waits at least ``min_interval_s`` (measured from the previous
+write's submission; default 0, the session actors use ``RuntimeSettings.record_interval_s``):
+an agent streams its updates one small write at a time, and without a pause every write that
+commits opens the way for the next one or two frames to go alone, each costing a commit
+(fsync), a feed wake-up and a forward. ``flush`` and ``write_after`` never wait for it.
+
 The recorder also keeps the running turn's message text (``take_text``), read from the
 frames as they pass, so the outcome does not read the turn back from the log.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -36,8 +43,12 @@ After = tuple[Callable[[WriteContext], Any], Future[Any]]
 
 
 class StoreRecorder:
-    def __init__(self, store: Store, session_id: str) -> None:
+    def __init__(self, store: Store, session_id: str, min_interval_s: float = 0.0) -> None:
         self._store = store
+        self._min_interval_s = min_interval_s
+        self._last_submit = 0.0  # monotonic time of the last write's submission
+        self._armed = False  # a write is waiting for the interval (a timer on the loop)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the tap's loop, for the timer
         self.session_id = session_id
         self.command_id: str | None = None  # set by the session actor for each turn
         self.epoch: int | None = None  # the owner's fencing epoch; stale writes are refused
@@ -53,14 +64,15 @@ class StoreRecorder:
 
     # -- Recorder protocol (called on the protocol loop) ---------------------------------
 
-    def update(self, frame: str, message: dict[str, Any]) -> None:
-        # The raw tap parsed the frame already: it is stored as is, without a second parse.
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        # The raw tap parsed the frames already: each is stored as is, without a second parse.
         if self.command_id is not None:
-            self._text.add(message)
-        self._hand_over(("session_update", frame, message))
+            for _, message in frames:
+                self._text.add(message)
+        self._hand_over([("session_update", frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._hand_over((kind, NewEvent(kind, payload).payload_text(), None))
+        self._hand_over([(kind, NewEvent(kind, payload).payload_text(), None)])
 
     def flush(self) -> asyncio.Future[None]:
         return asyncio.wrap_future(self.flush_future())
@@ -83,10 +95,15 @@ class StoreRecorder:
         with self._lock:
             if self._error is not None:
                 future.set_exception(self._error)
-            elif self._durable >= self._handed:
+                return future
+            if self._durable >= self._handed:
                 future.set_result(None)
-            else:
-                self._waiters.append((self._handed, future))
+                return future
+            self._waiters.append((self._handed, future))
+            if self._in_flight or not self._buffer:
+                return future
+            batch, after = self._take_pending()  # a flush does not wait for the interval
+        self._submit(batch, after)
         return future
 
     def write_after(self, fn: Callable[[WriteContext], Any]) -> Future[Any]:
@@ -106,20 +123,45 @@ class StoreRecorder:
         self._submit(batch, after)
         return future
 
-    def _hand_over(self, event: tuple[str, str, Any]) -> None:
+    def _hand_over(self, events: list[tuple[str, str, Any]]) -> None:
         with self._lock:
-            self._buffer.append((self.command_id, event))
-            self._handed += 1
-            if self._in_flight:
-                return
+            command_id = self.command_id
+            self._buffer.extend((command_id, event) for event in events)
+            self._handed += len(events)
+            if self._in_flight or self._armed:
+                return  # the write in flight or the armed timer takes these along
+            wait = self._interval_left()
+            if wait > 0:
+                try:
+                    self._loop = asyncio.get_running_loop()
+                except RuntimeError:
+                    pass  # not on a loop (a test, a host thread): no timer, no wait
+                else:
+                    self._armed = True
+                    self._loop.call_later(wait, self._interval_over)
+                    return
             batch, after = self._take_pending()
         self._submit(batch, after)
+
+    def _interval_left(self) -> float:
+        return self._last_submit + self._min_interval_s - time.monotonic()
+
+    def _interval_over(self) -> None:
+        with self._lock:
+            self._armed = False
+            if self._in_flight:
+                return  # a flush or write_after went first; its completion takes the rest
+            batch, after = self._take_pending()
+        if batch or after:
+            self._submit(batch, after)
 
     def _take_pending(self) -> tuple[list[Frame], list[After]]:
         """Everything waiting, for the next write (under the lock); marks it in flight."""
         batch, after = self._buffer, self._after
         self._buffer, self._after = [], []
         self._in_flight = bool(batch or after)
+        if self._in_flight:
+            self._last_submit = time.monotonic()
         return batch, after
 
     def _submit(self, batch: list[Frame], after: list[After]) -> None:
@@ -155,7 +197,26 @@ class StoreRecorder:
             self._durable += count
             ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
             self._waiters = [w for w in self._waiters if w not in ready]
-            batch, more = self._take_pending()
+            wait, loop = self._interval_left(), self._loop
+            if (
+                wait > 0
+                and loop is not None
+                and self._buffer
+                and not (self._after or self._waiters or self._armed)
+            ):
+                # Updates that came in during the write wait out the interval too (nobody
+                # is waiting for them): the next write takes whatever arrives meanwhile.
+                self._armed, self._in_flight = True, False
+                batch: list[Frame] = []
+                more: list[After] = []
+            else:
+                loop = None
+                batch, more = self._take_pending()
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(loop.call_later, wait, self._interval_over)
+            except RuntimeError:  # the loop is closed: write them now
+                self._interval_over()
         for _, waiter in ready:
             if exc is not None:
                 waiter.set_exception(exc)

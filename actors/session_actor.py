@@ -79,7 +79,9 @@ class SessionActor(pykka.ThreadingActor):
         self.store = deps.store
         self.epoch = -1
         self.conn: AgentConnection | None = None
-        self.recorder = StoreRecorder(deps.store, session_id)
+        self.recorder = StoreRecorder(
+            deps.store, session_id, min_interval_s=deps.settings.record_interval_s
+        )
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
         self.last_active = time.monotonic()
         self.closing = False

@@ -51,5 +51,9 @@ class RuntimeSettings:
     terminals_enabled: bool = False
     env_passthrough: tuple[str, ...] = ()
     max_frame_bytes: int = 16 * 1024 * 1024
+    # The least time between two writes of a session's agent output: updates arriving
+    # meanwhile are committed together (one fsync, one wake-up of each watcher). Adds at most
+    # this much to when an update is durable and forwarded; never delays a turn's outcome.
+    record_interval_s: float = 0.004
     agent_shutdown_timeout_s: float = 2.0
     log_dir: str = field(default_factory=default_log_dir)

@@ -99,7 +99,7 @@ class PlainClient:
 class NullRecorder:
     """A ``Recorder`` that keeps nothing: the runtime's connection without the store."""
 
-    def update(self, frame: str, message: dict[str, Any]) -> None:
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
         return None
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:

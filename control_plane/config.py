@@ -57,6 +57,8 @@ class _Strict(BaseModel):
 class Limits(_Strict):
     max_running_turns: int = Field(16, ge=1, le=4096)
     max_attempts: int = Field(3, ge=1, le=100)
+    # Least time between two writes of one session's agent output (see actors/recorder.py).
+    record_interval_ms: float = Field(4.0, ge=0, le=1000)
 
 
 class Timeouts(_Strict):
@@ -115,6 +117,7 @@ class Config(_Strict):
         passthrough = tuple(name for agent in self.agents.values() for name in agent.passthrough)
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,
+            "record_interval_s": self.limits.record_interval_ms / 1000.0,
             "turn_timeout_s": self.timeouts.turn_s,
             "cancel_grace_s": self.timeouts.cancel_grace_s,
             "passivate_after_s": self.timeouts.passivate_after_s,

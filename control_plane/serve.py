@@ -454,7 +454,7 @@ class _Bridge:
 
 
 class _NullRecorder:
-    def update(self, frame: str, message: dict[str, Any]) -> None:
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
         return None
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:

@@ -56,12 +56,14 @@ DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 class Recorder(Protocol):
     """Where a connection's output goes (the actors write it to the store).
 
-    ``update`` and ``event`` are called on the loop, in wire order, and must not block: queue
-    the write and return. ``update`` gets the frame's text verbatim and the tap's parse of it
-    (to read, not to keep). ``flush`` resolves once everything handed over is durable.
+    ``updates`` and ``event`` are called on the loop, in wire order, and must not block:
+    queue the write and return. ``updates`` gets the ``session/update`` frames of one read
+    from the agent's stdout, each as its text verbatim and the tap's parse of it (to read,
+    not to keep): one hand-over per read, so the frames of one read are written together.
+    ``flush`` resolves once everything handed over is durable.
     """
 
-    def update(self, frame: str, message: dict[str, Any]) -> None: ...
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None: ...
 
     def event(self, kind: str, payload: dict[str, Any]) -> None: ...
 
@@ -122,6 +124,8 @@ class AgentConnection:
         self._stopping = False
         self._replaying = False
         self._pending = bytearray()  # the tap's partial line
+        # session/update frames of the read being tapped, handed over at its end
+        self._read_updates: list[tuple[str, dict[str, Any]]] = []
         self._tap_done = False
         self._exited = asyncio.Event()
         self.init: InitializeResponse | None = None
@@ -285,6 +289,7 @@ class AgentConnection:
             if len(pending) > limit:
                 self._fail(f"agent sent a frame over {limit} bytes")
                 self._tap_close(sink)
+            self._hand_over_updates()
         except Exception as exc:  # runs inside the pipe's data_received: never raise there
             log.exception("the raw tap failed")
             self._fail(f"the raw tap failed: {exc}")
@@ -298,7 +303,14 @@ class AgentConnection:
             self._take_line(bytes(self._pending), sink)
         self._tap_close(sink)
 
+    def _hand_over_updates(self) -> None:
+        """The updates of the read so far to the recorder, in one call."""
+        if self._read_updates:
+            frames, self._read_updates = self._read_updates, []
+            self._recorder.updates(frames)
+
     def _tap_close(self, sink: asyncio.StreamReader) -> None:
+        self._hand_over_updates()
         self._tap_done = True
         self._pending.clear()
         sink.feed_eof()
@@ -334,10 +346,11 @@ class AgentConnection:
         ):
             return False
         if not self._replaying:
-            self._recorder.update(line.decode("utf-8", errors="replace"), frame)
+            self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
         return True
 
     def _fail(self, message: str) -> None:
+        self._hand_over_updates()  # what came before the failure is recorded before it
         if self._failure is None:
             self._failure = AgentProtocolError(message)
             self._recorder.event("agent_protocol_error", {"error": message})

@@ -16,13 +16,18 @@ class ListRecorder:
     def __init__(self) -> None:
         self.frames: list[str] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
+        self.calls: list[tuple[str, int | str]] = []  # ("updates", count) / ("event", kind)
 
-    def update(self, frame: str, message: dict[str, Any]) -> None:
-        assert json.loads(frame) == message  # the parse handed along is the frame's
-        self.frames.append(frame)
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        assert frames  # never called with nothing
+        self.calls.append(("updates", len(frames)))
+        for frame, message in frames:
+            assert json.loads(frame) == message  # the parse handed along is the frame's
+            self.frames.append(frame)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         self.events.append((kind, payload))
+        self.calls.append(("event", kind))
 
     async def flush(self) -> None:
         return None
@@ -76,5 +81,31 @@ def test_garbage_ends_the_tap_with_a_protocol_error_event(tmp_path: Path) -> Non
 
     recorder, to_sdk = asyncio.run(run())
     assert [json.loads(f)["params"]["update"]["n"] for f in recorder.frames] == [0]
-    assert [kind for kind, _ in recorder.events] == ["agent_protocol_error"]
+    # The update read before the garbage is handed over before the error is recorded.
+    assert recorder.calls == [("updates", 1), ("event", "agent_protocol_error")]
     assert to_sdk == []
+
+
+def test_the_updates_of_one_read_are_handed_over_in_one_call(tmp_path: Path) -> None:
+    """One hand-over per read from the pipe, so the recorder writes them as one group."""
+
+    async def run() -> tuple[ListRecorder, list[bytes]]:
+        recorder = ListRecorder()
+        conn = _connection(tmp_path, recorder)
+        source, sink = asyncio.StreamReader(), asyncio.StreamReader()
+        conn._hook_tap(source, sink)
+        response = b'{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}'
+        source.feed_data(b"\n".join([_update(0), _update(1), _update(2), b""]))
+        source.feed_data(b"\n".join([_update(3), response, _update(4), b""]))
+        source.feed_data(_update(5)[:10])  # half a frame: nothing handed over for it yet
+        calls_before_eof = list(recorder.calls)
+        source.feed_data(_update(5)[10:] + b"\n")
+        source.feed_eof()
+        await _drain(sink)
+        recorder.calls.insert(0, ("checkpoint", str(calls_before_eof)))
+        return recorder, []
+
+    recorder, _ = asyncio.run(run())
+    assert recorder.calls[1:] == [("updates", 3), ("updates", 2), ("updates", 1)]
+    assert recorder.calls[0] == ("checkpoint", str([("updates", 3), ("updates", 2)]))
+    assert [json.loads(f)["params"]["update"]["n"] for f in recorder.frames] == list(range(6))

@@ -4,8 +4,10 @@ A real SQLite store each time."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +139,7 @@ def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
     recorder = StoreRecorder(store, sid)
     recorder.command_id = cid
     for i in range(300):  # some land in flight, the rest wait for the next write
-        recorder.update(*_frame(i))
+        recorder.updates([_frame(i)])
 
     def outcome(ctx: WriteContext) -> str:
         ops.append_events(ctx, sid, cid, [NewEvent("turn_ended", {})])
@@ -158,12 +160,46 @@ def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
     recorder = StoreRecorder(store, sid)
     recorder.command_id = cid
     for i in range(5):
-        recorder.update(*_frame(i))
+        recorder.updates([_frame(i)])
     failed = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {}))  # still queued
     with pytest.raises(IllegalTransition):
         failed.result(30)
     assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
     assert not recorder.failed  # the frames committed: recording goes on
-    recorder.update(*_frame(5))
+    recorder.updates([_frame(5)])
     recorder.flush_future().result(30)
     assert _kinds_after_spawn(store, sid) == ["session_update"] * 6
+
+
+def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
+    store: Store, tmp_path: Path
+) -> None:
+    """With ``min_interval_s``, updates handed over on a loop within the interval after a
+    write are committed together by one later write; a flush or an outcome goes at once."""
+    sid, cid = _session(store, tmp_path)
+    store.claim_next(sid)
+    recorder = StoreRecorder(store, sid, min_interval_s=0.5)
+    recorder.command_id = cid
+
+    async def run() -> tuple[int, int, float]:
+        recorder.updates([_frame(0)])  # nothing written for a while: goes at once
+        recorder.flush_future().result(30)
+        batches_before = store.commit_stats[0]
+        for i in range(1, 6):  # within the interval: held back, then one write
+            recorder.updates([_frame(i)])
+            await asyncio.sleep(0.01)
+        held = store.commit_stats[0] - batches_before
+        await asyncio.sleep(0.7)  # the interval passes: the held updates are written
+        recorder.flush_future().result(30)
+        grouped = store.commit_stats[0] - batches_before
+        recorder.updates([_frame(6)])  # within the interval of that write again
+        started = time.monotonic()
+        done = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {"text": "t"}))
+        await asyncio.wrap_future(done)
+        return held, grouped, time.monotonic() - started
+
+    held, grouped, outcome_wait = asyncio.run(run())
+    assert held == 0 and grouped == 1
+    assert outcome_wait < 0.4  # the outcome did not wait for the 0.5 s interval
+    assert _kinds_after_spawn(store, sid) == ["session_update"] * 7
+    assert store.get_command(cid).state is CommandState.COMPLETED
