@@ -19,7 +19,10 @@ see the same noise of a shared machine. A turn is timed around ``conn.prompt`` o
 loop. The client counts the ``agent_message_chunk`` updates of each turn: all N must have
 arrived before the response, on both sides (checked every turn). The report gives medians
 (ms per turn), min/max, the *ratio of medians* (serve / direct) and the median of the per-round
-paired ratios. The issue's target: at most 1.3x.
+paired ratios. The issue's target: at most 1.3x. On Linux it also reports the CPU time
+(user + system, from ``/proc``) per timed turn of the serve process, of its backend agent
+and of the direct agent: on a 2-core machine the three processes of the serve side compete
+for the cores, so serve's own CPU per turn bounds how close it can get.
 
 (b) *Batch*: tasks/s of ``acpctl batch TASKS.jsonl --agent <example agent> -j J`` for J in
 1, 8 and 32: ``--tasks`` tasks (default 32) of ``#chunks=5``, each run as a subprocess on a
@@ -138,6 +141,7 @@ class Side:
     client: CountingClient
     conn: ClientSideConnection
     session_id: str
+    pid: int = 0
     times_ms: list[float] = field(default_factory=list)
 
 
@@ -146,7 +150,7 @@ async def start_side(
 ) -> Side:
     client = CountingClient()
     stderr = stack.enter_context(open(os.path.join(workdir, f"{name}.stderr.log"), "ab"))  # noqa: SIM115
-    conn, _process = await stack.enter_async_context(
+    conn, process = await stack.enter_async_context(
         spawn_agent_process(
             client,  # type: ignore[arg-type]  # duck-typed client
             argv[0],
@@ -161,7 +165,44 @@ async def start_side(
         protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
     )
     session = await conn.new_session(cwd=workdir, mcp_servers=[])
-    return Side(name, client, conn, session.session_id)
+    return Side(name, client, conn, session.session_id, pid=process.pid)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds a live process has used (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (serve starts its agents from its loop thread)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                found += [int(c) for c in children.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def cpu_snapshot(sides: list[Side]) -> dict[str, float | None]:
+    """CPU seconds so far of each side's process and, for serve, of its backend agent."""
+    out: dict[str, float | None] = {}
+    for side in sides:
+        out[side.name] = process_cpu_s(side.pid)
+        if side.name == SERVE:
+            backends = [c for c in map(process_cpu_s, child_pids(side.pid)) if c is not None]
+            out[SERVE + "_backend"] = sum(backends) if backends else None
+    return out
 
 
 async def run_turn(side: Side, text: str, chunks: int) -> float:
@@ -208,6 +249,7 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                 elapsed = await run_turn(side, text, chunks)
                 if i == 0:
                     first_turn_ms[side.name] = elapsed
+        cpu_before = cpu_snapshot(sides)
         for r in range(turns):
             order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
@@ -217,10 +259,17 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                     f"turn {r + 1}/{turns}: "
                     + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
                 )
+        cpu_after = cpu_snapshot(sides)
+        cpu_ms_per_turn = {
+            name: (after - before) * 1000.0 / turns
+            for name, after in cpu_after.items()
+            if after is not None and (before := cpu_before.get(name)) is not None
+        }
         return {
             "sides": {s.name: s.times_ms for s in sides},
             "ready_s": {SERVE: serve_ready, DIRECT: direct_ready},
             "first_warmup_turn_ms": first_turn_ms,
+            "cpu_ms_per_turn": cpu_ms_per_turn,
         }
 
 
@@ -228,6 +277,7 @@ def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "ready_s": raw["ready_s"],
         "first_warmup_turn_ms": raw["first_warmup_turn_ms"],
+        "cpu_ms_per_turn": raw["cpu_ms_per_turn"],
         "sides": turn_sides(raw["sides"], LABELS, DIRECT),
     }
     ratio = out["sides"][SERVE]["ratio_of_medians"]
@@ -376,6 +426,14 @@ def print_report(report: dict[str, Any]) -> None:
         f"(may wait for its backend agent, started at session/new), "
         f"direct {first.get(DIRECT, float('nan')):.0f} ms"
     )
+    cpu = turns["cpu_ms_per_turn"]
+    if cpu:
+        print(
+            "CPU per timed turn (user+sys, /proc; the client is this process, shared): "
+            f"acpctl serve {cpu.get(SERVE, float('nan')):.1f} ms + its backend agent "
+            f"{cpu.get(SERVE + '_backend', float('nan')):.1f} ms; "
+            f"direct agent {cpu.get(DIRECT, float('nan')):.1f} ms"
+        )
     target = turns["target"]
     verdict = "MET" if target["met"] else "NOT MET"
     print(
