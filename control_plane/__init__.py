@@ -1,45 +1,56 @@
 """acp-control-plane: durable sessions for coding agents over the Agent Client Protocol.
 
 This package is the one public import surface: everything a host needs is re-exported here.
+
+The re-exports are resolved on first use (PEP 562), so that importing a submodule (``acpctl``
+is ``control_plane.cli``) does not pay for the ACP SDK schema, SQLAlchemy and the runtime
+unless it uses them. ``from control_plane import X`` works as before for every name in
+``__all__``; type checkers see the eager imports below.
 """
 
-from actors.settings import RuntimeSettings
-from control_plane.api import ControlPlane
-from control_plane.async_api import AsyncControlPlane
-from control_plane.outcome import Outcome
-from control_plane.queue_modes import QueueMode
-from protocol.permissions import Decision, PermissionPolicy
-from state_machines import (
-    AgentExited,
-    AgentProtocolError,
-    AgentStartFailed,
-    CheckpointError,
-    CommandNotFound,
-    CommandState,
-    ControlPlaneError,
-    IdempotencyConflict,
-    IllegalTransition,
-    LimitExceeded,
-    OwnedElsewhere,
-    SessionClosed,
-    SessionNotFound,
-    SessionState,
-    StaleEpoch,
-    StoreError,
-)
-from store import (
-    AgentSpec,
-    BindingRecord,
-    CommandKind,
-    CommandRecord,
-    EventRecord,
-    IntegrityCheck,
-    RecoveryReport,
-    SessionRecord,
-    SpawnResult,
-    StoreOptions,
-    Synchronous,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actors.settings import RuntimeSettings
+    from control_plane.api import ControlPlane
+    from control_plane.async_api import AsyncControlPlane
+    from control_plane.outcome import Outcome
+    from control_plane.queue_modes import QueueMode
+    from protocol.permissions import Decision, PermissionPolicy
+    from state_machines import (
+        AgentExited,
+        AgentProtocolError,
+        AgentStartFailed,
+        CheckpointError,
+        CommandNotFound,
+        CommandState,
+        ControlPlaneError,
+        IdempotencyConflict,
+        IllegalTransition,
+        LimitExceeded,
+        OwnedElsewhere,
+        SessionClosed,
+        SessionNotFound,
+        SessionState,
+        StaleEpoch,
+        StoreError,
+    )
+    from store import (
+        AgentSpec,
+        BindingRecord,
+        CommandKind,
+        CommandRecord,
+        EventRecord,
+        IntegrityCheck,
+        RecoveryReport,
+        SessionRecord,
+        SpawnResult,
+        StoreOptions,
+        Synchronous,
+    )
 
 __all__ = [
     "AgentExited",
@@ -77,3 +88,65 @@ __all__ = [
     "StoreOptions",
     "Synchronous",
 ]
+
+# Where each public name lives; kept in step with the TYPE_CHECKING imports above.
+_SOURCES: dict[str, str] = {
+    "RuntimeSettings": "actors.settings",
+    "ControlPlane": "control_plane.api",
+    "AsyncControlPlane": "control_plane.async_api",
+    "Outcome": "control_plane.outcome",
+    "QueueMode": "control_plane.queue_modes",
+    "Decision": "protocol.permissions",
+    "PermissionPolicy": "protocol.permissions",
+    **dict.fromkeys(
+        (
+            "AgentExited",
+            "AgentProtocolError",
+            "AgentStartFailed",
+            "CheckpointError",
+            "CommandNotFound",
+            "CommandState",
+            "ControlPlaneError",
+            "IdempotencyConflict",
+            "IllegalTransition",
+            "LimitExceeded",
+            "OwnedElsewhere",
+            "SessionClosed",
+            "SessionNotFound",
+            "SessionState",
+            "StaleEpoch",
+            "StoreError",
+        ),
+        "state_machines",
+    ),
+    **dict.fromkeys(
+        (
+            "AgentSpec",
+            "BindingRecord",
+            "CommandKind",
+            "CommandRecord",
+            "EventRecord",
+            "IntegrityCheck",
+            "RecoveryReport",
+            "SessionRecord",
+            "SpawnResult",
+            "StoreOptions",
+            "Synchronous",
+        ),
+        "store",
+    ),
+}
+
+if not TYPE_CHECKING:  # type checkers see the real imports, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        source = _SOURCES.get(name)
+        if source is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(source), name)
+        globals()[name] = value  # resolved once; later lookups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

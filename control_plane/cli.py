@@ -3,6 +3,10 @@
 Conventions: ``--help`` with examples everywhere, ``--json`` on read commands, colour and
 progress only on a TTY (``NO_COLOR`` honoured), exit 0 success / 1 work failed / 2 usage or
 input error, ``--db`` / ``ACPCTL_DB`` pick the store.
+
+Start-up: importing this module must stay cheap (``--help`` and usage errors run nothing
+else), so the SDK, the store and the runtime are imported inside the commands that use them
+and option types stay light; ``tests/test_cli.py`` pins which modules must not load.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ import typer
 
 from control_plane import cli_batch, cli_sessions
 from control_plane.cli_common import Context, errors_as_exit, out, print_json
-from control_plane.config import redacted
 
 app = typer.Typer(
     name="acpctl",
@@ -54,6 +57,8 @@ def config_show(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Print the effective configuration (file + environment + flags); secrets hidden."""
+    from control_plane.config import redacted
+
     ctx: Context = typer_ctx.obj
     with errors_as_exit():
         effective = redacted(ctx.config())

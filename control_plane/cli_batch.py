@@ -7,7 +7,7 @@ import shutil
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.live import Live
@@ -21,7 +21,6 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from control_plane.batch import BatchOptions, BatchRun, Counts, default_batch_id
 from control_plane.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -33,7 +32,9 @@ from control_plane.cli_common import (
     out,
     print_json,
 )
-from control_plane.tasks import read_tasks
+
+if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
+    from control_plane.batch import Counts
 
 
 def _progress_line(counts: Counts, total: int) -> str:
@@ -54,9 +55,14 @@ def run_batch(
     batch_id: str | None,
     json_out: bool,
 ) -> int:
+    from control_plane.tasks import read_tasks
+
     tasks_file = existing_file(tasks_file)
     tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
     config = ctx.config()
+    # The runner (the SDK, the store, the actors) only once the input is known to be good.
+    from control_plane.batch import BatchOptions, BatchRun, default_batch_id
+
     spec, agent_cwd = config.agent(agent)
     results = out_path or tasks_file.with_name(f"{tasks_file.stem}.results.jsonl")
     options = BatchOptions(

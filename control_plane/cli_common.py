@@ -12,14 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from control_plane.api import ControlPlane
-from control_plane.config import Config, ConfigError, load_config
-from control_plane.tasks import TaskFileError
 from state_machines import (
     CommandNotFound,
     ControlPlaneError,
@@ -29,15 +26,29 @@ from state_machines import (
     StoreError,
 )
 
+if TYPE_CHECKING:  # heavy (pydantic, the SDK schema, SQLAlchemy): imported where used
+    from control_plane.api import ControlPlane
+    from control_plane.config import Config
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-INPUT_ERRORS = (
-    ConfigError,
-    TaskFileError,
-    SessionNotFound,
-    CommandNotFound,
-    IdempotencyConflict,
-    SessionClosed,
-)
+
+
+def input_errors() -> tuple[type[Exception], ...]:
+    """Errors that mean the input was wrong (exit 2). ``ConfigError`` and ``TaskFileError``
+    live in modules that ``--help`` does not import; they are imported when an error needs
+    sorting."""
+    from control_plane.config import ConfigError
+    from control_plane.tasks import TaskFileError
+
+    return (
+        ConfigError,
+        TaskFileError,
+        SessionNotFound,
+        CommandNotFound,
+        IdempotencyConflict,
+        SessionClosed,
+    )
+
 
 out = Console()
 err = Console(stderr=True)
@@ -49,6 +60,8 @@ class Context:
     db: str | None = None
 
     def config(self) -> Config:
+        from control_plane.config import load_config
+
         config = load_config(self.config_path)
         if self.db is not None:
             config = config.model_copy(update={"db": self.db})
@@ -66,11 +79,11 @@ def errors_as_exit() -> Iterator[None]:
         yield
     except typer.Exit:
         raise
-    except INPUT_ERRORS as exc:
-        fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except ControlPlaneError as exc:
+    except ControlPlaneError as exc:  # input errors and StoreError are ControlPlaneErrors too
+        if isinstance(exc, input_errors()):
+            fail(str(exc), EXIT_USAGE)
+        if isinstance(exc, StoreError):
+            fail(str(exc), EXIT_USAGE)
         fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:
         err.print("interrupted; nothing is lost: run the same command again to resume")
@@ -86,6 +99,8 @@ def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[Contro
     if not run_sessions and not db.exists():
         fail(f"no store at {db}; pass --db or set ACPCTL_DB")
     db.parent.mkdir(parents=True, exist_ok=True)
+    from control_plane.api import ControlPlane
+
     cp = ControlPlane.open(
         db,
         config.store_options(),

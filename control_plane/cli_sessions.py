@@ -1,23 +1,26 @@
-"""``acpctl sessions ...``, ``acpctl events``, ``acpctl status``: looking at the store."""
+"""``acpctl sessions ...``, ``acpctl events``, ``acpctl status``: looking at the store.
+
+The store's modules (SQLAlchemy) are imported once the store is open, so ``--help`` and a
+missing store stay fast.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.tree import Tree
-from sqlalchemy import Connection, func, select
 
-from actors.sinks import event_line
 from control_plane.cli_common import Context, errors_as_exit, fail, opened, out, print_json
 from state_machines import CommandState, SessionState
-from store import SessionRecord, queries
-from store import operations as ops
-from store.ownership import this_owner
-from store.schema import commands, events
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported by the commands that open it
+    from sqlalchemy import Connection
+
+    from store import SessionRecord
 
 app = typer.Typer(help="List, inspect, export, cancel and close sessions.", no_args_is_help=True)
 
@@ -86,6 +89,8 @@ def show(
     """
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+        from actors.sinks import event_line
+
         session = cp.get(session_id)
         commands = cp.commands(session_id)
         children = cp.store.list_sessions(parent_id=session_id, limit=1000)
@@ -138,6 +143,8 @@ def tree(
     """Show sessions as a parent/child tree with their states."""
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+        from store import queries
+
         everything = cp.store.read(lambda c: queries.list_sessions(c, limit=100000))
     by_parent: dict[str | None, list[SessionRecord]] = {}
     for s in everything:
@@ -218,6 +225,8 @@ def events_command(
     """
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+        from actors.sinks import event_line
+
         stream = cp.follow(session_id, after) if follow else iter(cp.events(session_id, after))
         for e in stream:
             if json_out:
@@ -232,6 +241,10 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
     """Store path, sessions by state, running turns, queue depth, last recovery."""
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+        from store import operations as ops
+        from store import queries
+        from store.ownership import this_owner
+
         by_state = cp.store.read(queries.count_sessions_by_state)
         queued = cp.store.read(lambda c: _count_commands(c, CommandState.QUEUED))
         running = cp.store.read(lambda c: _count_commands(c, CommandState.RUNNING))
@@ -271,6 +284,10 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
 
 
 def _interrupted_counts(conn: Connection) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from store.schema import events
+
     rows = conn.execute(select(events.c.payload).where(events.c.kind == "interrupted")).scalars()
     retried = sum(1 for raw in rows if json.loads(raw).get("willRetry"))
     total = int(
@@ -282,6 +299,10 @@ def _interrupted_counts(conn: Connection) -> dict[str, int]:
 
 
 def _count_commands(conn: Connection, state: CommandState) -> int:
+    from sqlalchemy import func, select
+
+    from store.schema import commands
+
     return int(
         conn.execute(
             select(func.count()).select_from(commands).where(commands.c.state == state.value)

@@ -34,16 +34,17 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from actors.settings import RuntimeSettings
-from control_plane.agents import EXAMPLE_AGENT, agent_from_command
 from control_plane.queue_modes import QueueMode
-from protocol.permissions import Decision, PermissionPolicy
+from protocol.permissions import Decision
 from state_machines import ControlPlaneError
-from store import AgentSpec, StoreOptions, Synchronous
+
+if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
+    from actors.settings import RuntimeSettings
+    from store import AgentSpec, StoreOptions
 
 
 class ConfigError(ControlPlaneError):
@@ -109,11 +110,16 @@ class Config(_Strict):
         return Path(os.path.expanduser(self.db))
 
     def store_options(self) -> StoreOptions:
+        from store import StoreOptions, Synchronous
+
         return StoreOptions(
             synchronous=Synchronous(self.synchronous), max_attempts=self.limits.max_attempts
         )
 
     def runtime_settings(self, **overrides: Any) -> RuntimeSettings:
+        from actors.settings import RuntimeSettings
+        from protocol.permissions import PermissionPolicy
+
         passthrough = tuple(name for agent in self.agents.values() for name in agent.passthrough)
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,
@@ -135,6 +141,9 @@ class Config(_Strict):
     def agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None]:
         """An agent by configured name, ``example`` for the bundled one, or a command line.
         Returns the spec and the agent's configured cwd (if any)."""
+        from control_plane.agents import EXAMPLE_AGENT, agent_from_command
+        from store import AgentSpec
+
         if name_or_command is None or name_or_command in ("example", "example-agent"):
             return EXAMPLE_AGENT, None
         configured = self.agents.get(name_or_command)

@@ -12,15 +12,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from acp.schema import (
-    AllowedOutcome,
-    DeniedOutcome,
-    PermissionOption,
-    RequestPermissionResponse,
-    ToolCallUpdate,
-)
+if TYPE_CHECKING:  # the SDK schema costs ~0.8 s to import; Decision and the policy need none
+    from acp.schema import PermissionOption, RequestPermissionResponse, ToolCallUpdate
 
 
 class Decision(StrEnum):
@@ -30,7 +25,7 @@ class Decision(StrEnum):
 
 
 # The host's answer to an ``ask``: the option id chosen, or None for "cancelled".
-AskCallback = Callable[[str, ToolCallUpdate, list[PermissionOption]], Awaitable[str | None]]
+AskCallback = Callable[[str, "ToolCallUpdate", list["PermissionOption"]], Awaitable[str | None]]
 
 
 @dataclass(frozen=True)
@@ -52,12 +47,16 @@ def _pick(options: list[PermissionOption], kinds: tuple[str, ...]) -> str | None
 
 
 def selected(option_id: str) -> RequestPermissionResponse:
+    from acp.schema import AllowedOutcome, RequestPermissionResponse
+
     return RequestPermissionResponse(
         outcome=AllowedOutcome(outcome="selected", option_id=option_id)
     )
 
 
 def cancelled() -> RequestPermissionResponse:
+    from acp.schema import DeniedOutcome, RequestPermissionResponse
+
     return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import control_plane
 from control_plane.cli import app
 
 runner = CliRunner()
@@ -206,3 +207,55 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
     for payload, count in attempts.items():
         text = json.loads(payload)["content"][0]["text"]
         assert runs.get(text, 0) <= count, (text, runs.get(text), count)
+
+
+# What ``acpctl --help``, usage errors and ``config show`` must not import: the SDK schema
+# (~0.8 s of pydantic models), SQLAlchemy + Alembic + the store, MCP, the runtime. Together
+# they cost seconds of start-up; the commands that need them import them where they run.
+HEAVY_MODULES = ["acp", "acp.schema", "sqlalchemy", "alembic", "mcp", "store", "control_plane.api"]
+
+_PROBE = """
+import json, runpy, sys
+args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+if args:
+    sys.argv = ["acpctl", *args]
+    try:
+        runpy.run_module("control_plane.cli", run_name="__main__", alter_sys=True)
+    except SystemExit:
+        pass
+else:
+    import control_plane.cli
+import control_plane
+loaded = [m for m in heavy if m in sys.modules]
+print(json.dumps({"file": control_plane.__file__, "loaded": loaded}))
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],  # `import control_plane.cli` alone
+        ["--help"],
+        ["sessions", "list", "--help"],
+        ["batch", "--help"],
+        ["no-such-command"],
+        ["sessions", "list", "--limit", "0"],
+        ["--db", "{tmp}/none.db", "sessions", "list"],  # no store: a usage error
+        ["config", "show", "--json"],
+    ],
+)
+def test_cli_start_up_does_not_import_the_runtime(tmp_path: Path, args: list[str]) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path)  # no config file
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(HEAVY_MODULES)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert Path(report["file"]) == Path(control_plane.__file__)  # this checkout's package
+    assert report["loaded"] == [], result.stdout + result.stderr

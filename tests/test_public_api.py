@@ -58,8 +58,11 @@ PINNED_ALL = [
 
 def test_public_all_is_pinned() -> None:
     assert control_plane.__all__ == PINNED_ALL
+    assert set(PINNED_ALL) <= set(dir(control_plane))  # resolved lazily, listed all the same
     for name in PINNED_ALL:
         assert getattr(control_plane, name) is not None
+    with pytest.raises(AttributeError):
+        _ = control_plane.NoSuchName  # type: ignore[attr-defined]
 
 
 def test_every_error_is_a_control_plane_error() -> None:
