@@ -91,9 +91,13 @@ def errors_as_exit() -> Iterator[None]:
 
 
 @contextmanager
-def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[ControlPlane]:
-    """A ControlPlane on the configured store; read commands open it without running
-    sessions, so looking never starts an agent."""
+def opened(
+    ctx: Context, run_sessions: bool, deliver: bool = True, **settings: Any
+) -> Iterator[ControlPlane]:
+    """A ControlPlane on the configured store. Read commands open it without running
+    sessions and without resuming deliveries (``deliver=False``): looking never starts an
+    agent and never writes to a sink (a JSONL sink another process is delivering to would
+    otherwise get a second writer)."""
     config = ctx.config()
     db = config.db_path
     if not run_sessions and not db.exists():
@@ -106,6 +110,7 @@ def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[Contro
         config.store_options(),
         config.runtime_settings(**settings),
         run_sessions=run_sessions,
+        deliver=deliver,
     )
     try:
         yield cp

@@ -56,7 +56,7 @@ def list_sessions(
     Example: acpctl sessions list --state idle --limit 20
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         page = cp.list_sessions(state=state, limit=limit, after_id=after)
     if json_out:
         print_json(
@@ -88,7 +88,7 @@ def show(
     Example: acpctl sessions show 3f2c...
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         from actors.sinks import event_line
 
         session = cp.get(session_id)
@@ -142,7 +142,7 @@ def tree(
 ) -> None:
     """Show sessions as a parent/child tree with their states."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         from store import queries
 
         everything = cp.store.read(lambda c: queries.list_sessions(c, limit=100000))
@@ -181,7 +181,7 @@ def export(
 ) -> None:
     """Export a session as a JSONL transcript v3 file (pi / OpenClaw session format)."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         path = cp.export_jsonl(session_id, output or Path(f"{session_id}.jsonl"))
     out.print(str(path))
 
@@ -224,7 +224,7 @@ def events_command(
     Example: acpctl events 3f2c... --follow --json
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         from actors.sinks import event_line
 
         stream = cp.follow(session_id, after) if follow else iter(cp.events(session_id, after))
@@ -240,7 +240,7 @@ def events_command(
 def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """Store path, sessions by state, running turns, queue depth, last recovery."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
         from store import operations as ops
         from store import queries
         from store.ownership import this_owner
