@@ -53,6 +53,7 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 
 from actors.recorder import StoreRecorder  # noqa: E402
+from actors.settings import RuntimeSettings  # noqa: E402
 from bench._common import (  # noqa: E402
     add_turn_arguments,
     machine_info,
@@ -203,7 +204,8 @@ def measure(
     try:
         spec = AgentSpec("example-agent", EXAMPLE)
         session_id = store.spawn(spec, workdir, None, None, None).session.id
-        recorder = StoreRecorder(store, session_id)
+        # The session actors' own setting: the least time between two writes of output.
+        recorder = StoreRecorder(store, session_id, RuntimeSettings().record_interval_s)
         progress("starting agents (one process per side, ~1.5 s each)")
         sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks))
         sides.append(_plain_side(loop, workdir, text))
