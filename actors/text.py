@@ -10,15 +10,20 @@ from typing import Any
 
 
 def chunk_text(frame: dict[str, Any]) -> str | None:
-    """The text of an ``agent_message_chunk`` notification frame, else None."""
-    params = frame.get("params")
-    update = params.get("update") if isinstance(params, dict) else None
-    if not isinstance(update, dict) or update.get("sessionUpdate") != "agent_message_chunk":
+    """The text of an ``agent_message_chunk`` notification frame, else None. Runs for every
+    update of every turn: subscripts under one ``try`` instead of a ``get`` and an
+    ``isinstance`` per level (a malformed frame is simply not a text chunk)."""
+    try:
+        update = frame["params"]["update"]
+        if update["sessionUpdate"] != "agent_message_chunk":
+            return None
+        content = update["content"]
+        if content["type"] != "text":
+            return None
+        text = content.get("text", "")
+    except (KeyError, TypeError, AttributeError):
         return None
-    content = update.get("content") or {}
-    if not isinstance(content, dict) or content.get("type") != "text":
-        return None
-    return str(content.get("text", ""))
+    return text if isinstance(text, str) else str(text)
 
 
 class TurnText:

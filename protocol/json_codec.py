@@ -10,17 +10,24 @@ exact, only slower, and rare.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# A run of 19 digits, found in C: every digit becomes "0", then one substring search. A
+# regular expression (``\d{19}``) cost 6 µs per frame, three times orjson's whole parse.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_RUN = b"0" * 19
+
+
+def has_long_digit_run(data: bytes) -> bool:
+    """Whether ``data`` holds 19 or more digits in a row (an integer orjson cannot keep)."""
+    return data.translate(_DIGITS_AS_ZERO).find(_RUN) != -1
 
 
 def loads(data: bytes) -> Any:
     """Parse JSON text (``ValueError`` when it is not JSON)."""
-    if _LONG_DIGITS.search(data) is not None:
+    if has_long_digit_run(data):
         return json.loads(data)
     try:
         return orjson.loads(data)

@@ -26,3 +26,20 @@ def test_text_is_kept_exactly() -> None:
 def test_not_json_is_a_value_error(bad: bytes) -> None:
     with pytest.raises(ValueError):
         json_codec.loads(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "long_run"),
+    [
+        (b"1234567890123456789", True),  # 19 digits: the shortest integer orjson cannot keep
+        (b'{"n": -9223372036854775809}', True),
+        (b'{"n": 18446744073709551615}', True),  # fits, parsed exactly by the fallback anyway
+        (b'{"n": 123456789012345678}', False),  # 18 digits: orjson is exact
+        (b'{"id": "sess_0123456789abcdef", "t": 1.5e10}', False),
+        (b"", False),
+    ],
+)
+def test_long_digit_runs_are_found(text: bytes, long_run: bool) -> None:
+    assert json_codec.has_long_digit_run(text) is long_run
+    if text:
+        assert json_codec.loads(text) == json.loads(text)
