@@ -7,6 +7,7 @@ import os
 import shlex
 import sys
 
+from state_machines import ControlPlaneError
 from store import AgentSpec
 
 EXAMPLE_AGENT = AgentSpec(
@@ -14,13 +15,21 @@ EXAMPLE_AGENT = AgentSpec(
 )
 
 
+class AgentCommandError(ControlPlaneError, ValueError):
+    """An agent command line that cannot be run: empty, or with unbalanced quotes."""
+
+
 def agent_from_command(
     command: str | list[str] | tuple[str, ...], name: str | None = None
 ) -> AgentSpec:
-    """Parse a command line; the name defaults to the program (or module) it runs."""
-    argv = tuple(shlex.split(command) if isinstance(command, str) else command)
-    if not argv:
-        raise ValueError("an agent command must not be empty")
+    """Parse a command line; the name defaults to the program (or module) it runs.
+    ``AgentCommandError`` for an empty command or one ``shlex`` cannot split."""
+    try:
+        argv = tuple(shlex.split(command) if isinstance(command, str) else command)
+    except ValueError as exc:  # "No closing quotation" and the like
+        raise AgentCommandError(f"agent command {command!r}: {exc}") from None
+    if not argv or not argv[0].strip():
+        raise AgentCommandError("an agent command must not be empty")
     return AgentSpec(name=name or _default_name(argv), command=argv)
 
 

@@ -34,13 +34,15 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def input_errors() -> tuple[type[Exception], ...]:
-    """Errors that mean the input was wrong (exit 2). ``ConfigError`` and ``TaskFileError``
-    live in modules that ``--help`` does not import; they are imported when an error needs
-    sorting."""
+    """Errors that mean the input was wrong (exit 2). ``AgentCommandError``, ``ConfigError``
+    and ``TaskFileError`` live in modules that ``--help`` does not import; they are imported
+    when an error needs sorting."""
+    from control_plane.agents import AgentCommandError
     from control_plane.config import ConfigError
     from control_plane.tasks import TaskFileError
 
     return (
+        AgentCommandError,
         ConfigError,
         TaskFileError,
         SessionNotFound,

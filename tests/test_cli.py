@@ -76,6 +76,25 @@ def test_read_commands_refuse_a_missing_store_without_creating_it(tmp_path: Path
     assert _files(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [("", "must not be empty"), ("   ", "must not be empty"), ('python "open', "No closing")],
+)
+def test_an_unusable_agent_command_exits_2_before_anything_is_written(
+    tmp_path: Path, agent: str, message: str
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "hello"}\n')
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    for command in (["serve", "--agent", agent], ["batch", str(tasks), "--agent", agent]):
+        code, output = _run("--config", str(config), "--db", str(tmp_path / "cp.db"), *command)
+        assert code == 2, (command, output)
+        assert message in output
+        assert "Traceback" not in output
+    assert _files(tmp_path) == ["empty.toml", "tasks.jsonl"]
+
+
 def test_bad_configuration_values_are_named(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[limits]\nmax_running_turns = 0\n[permissions]\ndefault = "maybe"\n')
