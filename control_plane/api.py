@@ -20,12 +20,12 @@ from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
+from control_plane.export import export_session
 from control_plane.outcome import Outcome
 from control_plane.queue_modes import QueueMode
 from control_plane.subagent_bridge import SubagentBridge
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
-from protocol.transcript import TranscriptSession, write_transcript
 from state_machines import TURN_STATES, SessionState
 from store import (
     AgentSpec,
@@ -385,18 +385,4 @@ class ControlPlane:
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> Path:
         """Write the session as a JSONL transcript v3 file (atomically); returns the path."""
-        session = self.store.get_session(session_id)
-        events = self.store.events(session_id)
-        target = Path(path)
-        write_transcript(target, transcript_session(session), events)
-        return target
-
-
-def transcript_session(session: SessionRecord) -> TranscriptSession:
-    return TranscriptSession(
-        id=session.id,
-        cwd=session.cwd,
-        created_at=session.created_at,
-        agent_name=session.agent.name,
-        parent_session=session.parent_id,
-    )
+        return export_session(self.store, session_id, path)

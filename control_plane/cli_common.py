@@ -29,6 +29,7 @@ from state_machines import (
 if TYPE_CHECKING:  # heavy (pydantic, the SDK schema, SQLAlchemy): imported where used
     from control_plane.api import ControlPlane
     from control_plane.config import Config
+    from store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -118,6 +119,24 @@ def opened(
         yield cp
     finally:
         cp.close()
+
+
+@contextmanager
+def opened_store(ctx: Context) -> Iterator[Store]:
+    """The configured store alone, for read commands: no runtime is built (no protocol
+    loop, no supervisor, no deliveries), so looking starts fast and has no side effects on
+    sessions or sinks. Missing store: exit 2, nothing created."""
+    config = ctx.config()
+    db = config.db_path
+    if not db.exists():
+        fail(f"no store at {db}; pass --db or set ACPCTL_DB")
+    from store import Store
+
+    store = Store.open(db, config.store_options())
+    try:
+        yield store
+    finally:
+        store.close()
 
 
 def print_json(value: Any) -> None:

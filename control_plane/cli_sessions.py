@@ -7,6 +7,8 @@ missing store stay fast.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,13 +16,21 @@ import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from control_plane.cli_common import Context, errors_as_exit, fail, opened, out, print_json
+from control_plane.cli_common import (
+    Context,
+    errors_as_exit,
+    fail,
+    opened,
+    opened_store,
+    out,
+    print_json,
+)
 from state_machines import CommandState, SessionState
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported by the commands that open it
     from sqlalchemy import Connection
 
-    from store import SessionRecord
+    from store import EventRecord, SessionRecord
 
 app = typer.Typer(help="List, inspect, export, cancel and close sessions.", no_args_is_help=True)
 
@@ -56,8 +66,8 @@ def list_sessions(
     Example: acpctl sessions list --state idle --limit 20
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
-        page = cp.list_sessions(state=state, limit=limit, after_id=after)
+    with errors_as_exit(), opened_store(ctx) as store:
+        page = store.list_sessions(state=state, limit=limit, after_id=after)
     if json_out:
         print_json(
             {
@@ -88,14 +98,14 @@ def show(
     Example: acpctl sessions show 3f2c...
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
+    with errors_as_exit(), opened_store(ctx) as store:
         from actors.sinks import event_line
 
-        session = cp.get(session_id)
-        commands = cp.commands(session_id)
-        children = cp.store.list_sessions(parent_id=session_id, limit=1000)
+        session = store.get_session(session_id)
+        commands = store.commands_of(session_id)
+        children = store.list_sessions(parent_id=session_id, limit=1000)
         last = max(0, session.last_event_seq - events)
-        recent = cp.events(session_id, after_seq=last)
+        recent = store.events(session_id, after_seq=last)
     if json_out:
         print_json(
             {
@@ -142,10 +152,10 @@ def tree(
 ) -> None:
     """Show sessions as a parent/child tree with their states."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
+    with errors_as_exit(), opened_store(ctx) as store:
         from store import queries
 
-        everything = cp.store.read(lambda c: queries.list_sessions(c, limit=100000))
+        everything = store.read(lambda c: queries.list_sessions(c, limit=100000))
     by_parent: dict[str | None, list[SessionRecord]] = {}
     for s in everything:
         by_parent.setdefault(s.parent_id, []).append(s)
@@ -181,8 +191,10 @@ def export(
 ) -> None:
     """Export a session as a JSONL transcript v3 file (pi / OpenClaw session format)."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
-        path = cp.export_jsonl(session_id, output or Path(f"{session_id}.jsonl"))
+    with errors_as_exit(), opened_store(ctx) as store:
+        from control_plane.export import export_session
+
+        path = export_session(store, session_id, output or Path(f"{session_id}.jsonl"))
     out.print(str(path))
 
 
@@ -224,10 +236,9 @@ def events_command(
     Example: acpctl events 3f2c... --follow --json
     """
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
-        from actors.sinks import event_line
+    from actors.sinks import event_line
 
-        stream = cp.follow(session_id, after) if follow else iter(cp.events(session_id, after))
+    with errors_as_exit(), _event_stream(ctx, session_id, after, follow) as stream:
         for e in stream:
             if json_out:
                 print_json(event_line(e))
@@ -237,22 +248,36 @@ def events_command(
                 )
 
 
+@contextmanager
+def _event_stream(
+    ctx: Context, session_id: str, after: int, follow: bool
+) -> Iterator[Iterable[EventRecord]]:
+    """The stored events, from the store alone; with ``follow``, through a control plane
+    (which is told of new commits), still without running sessions or deliveries."""
+    if not follow:
+        with opened_store(ctx) as store:
+            yield store.events(session_id, after)
+        return
+    with opened(ctx, run_sessions=False, deliver=False) as cp:
+        yield cp.follow(session_id, after)
+
+
 def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """Store path, sessions by state, running turns, queue depth, last recovery."""
     ctx: Context = typer_ctx.obj
-    with errors_as_exit(), opened(ctx, run_sessions=False, deliver=False) as cp:
+    with errors_as_exit(), opened_store(ctx) as store:
         from store import operations as ops
         from store import queries
         from store.ownership import this_owner
 
-        by_state = cp.store.read(queries.count_sessions_by_state)
-        queued = cp.store.read(lambda c: _count_commands(c, CommandState.QUEUED))
-        running = cp.store.read(lambda c: _count_commands(c, CommandState.RUNNING))
-        orphaned = cp.store.read(
+        by_state = store.read(queries.count_sessions_by_state)
+        queued = store.read(lambda c: _count_commands(c, CommandState.QUEUED))
+        running = store.read(lambda c: _count_commands(c, CommandState.RUNNING))
+        orphaned = store.read(
             lambda c: ops.orphaned_sessions(c, this_owner(), include_mine=False)
         )
-        interrupted = cp.store.read(_interrupted_counts)
-        path = cp.store.path
+        interrupted = store.read(_interrupted_counts)
+        path = store.path
     report: dict[str, Any] = {
         "store": path,
         "sessions": by_state,

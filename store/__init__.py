@@ -1,6 +1,10 @@
-"""The durable store: SQLite in WAL mode through SQLAlchemy Core, one group-commit writer."""
+"""The durable store: SQLite in WAL mode through SQLAlchemy Core, one group-commit writer.
 
-from store.async_reads import AsyncReader
+``AsyncReader`` (aiosqlite and SQLAlchemy's asyncio extension) is imported on first use:
+most processes, and every ``acpctl`` read command, never read asynchronously."""
+
+from typing import TYPE_CHECKING, Any
+
 from store.engine import Synchronous
 from store.faults import InjectedFault
 from store.feed import CommittedEvent, SessionCommit
@@ -22,6 +26,9 @@ from store.records import (
 )
 from store.store import Store, StoreOptions
 from store.writer import WriteContext
+
+if TYPE_CHECKING:
+    from store.async_reads import AsyncReader
 
 __all__ = [
     "AgentSpec",
@@ -47,3 +54,14 @@ __all__ = [
     "Synchronous",
     "WriteContext",
 ]
+
+
+if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        if name == "AsyncReader":
+            from store.async_reads import AsyncReader
+
+            globals()[name] = AsyncReader
+            return AsyncReader
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -236,17 +236,18 @@ HEAVY_MODULES = ["acp", "acp.schema", "sqlalchemy", "alembic", "mcp", "store", "
 _PROBE = """
 import json, runpy, sys
 args, heavy = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+code = 0
 if args:
     sys.argv = ["acpctl", *args]
     try:
         runpy.run_module("control_plane.cli", run_name="__main__", alter_sys=True)
-    except SystemExit:
-        pass
+    except SystemExit as exc:
+        code = exc.code or 0
 else:
     import control_plane.cli
 import control_plane
 loaded = [m for m in heavy if m in sys.modules]
-print(json.dumps({"file": control_plane.__file__, "loaded": loaded}))
+print(json.dumps({"file": control_plane.__file__, "loaded": loaded, "code": code}))
 """
 
 
@@ -278,3 +279,39 @@ def test_cli_start_up_does_not_import_the_runtime(tmp_path: Path, args: list[str
     report = json.loads(result.stdout.splitlines()[-1])
     assert Path(report["file"]) == Path(control_plane.__file__)  # this checkout's package
     assert report["loaded"] == [], result.stdout + result.stderr
+
+
+# What the read commands must not import: they open the store alone, not the runtime.
+RUNTIME_MODULES = ["acp", "acp.schema", "alembic", "mcp", "pykka", "aiosqlite", "control_plane.api"]
+
+
+def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path) -> None:
+    from store import Store
+    from tests.conftest import AGENT
+
+    db = tmp_path / "cp.db"
+    with Store.open(db) as store:
+        sid = store.spawn(AGENT, str(tmp_path), None, None, "s").session.id
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path)  # no config file
+    for args in (
+        ["sessions", "list"],
+        ["sessions", "show", sid],
+        ["sessions", "tree"],
+        ["sessions", "export", sid, "-o", str(tmp_path / "t.jsonl")],
+        ["events", sid],
+        ["status", "--json"],
+    ):
+        argv = ["--db", str(db), *args]
+        result = subprocess.run(
+            [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(RUNTIME_MODULES)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=tmp_path,
+        )
+        report = json.loads(result.stdout.splitlines()[-1])
+        assert report["code"] == 0, (args, result.stdout + result.stderr)
+        assert report["loaded"] == [], (args, result.stdout + result.stderr)
+    assert (tmp_path / "t.jsonl").exists()

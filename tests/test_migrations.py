@@ -82,3 +82,11 @@ def test_database_written_by_the_first_release_opens_under_this_one(db_path: Pat
     indexes = {r[1] for r in conn.execute("PRAGMA index_list(events)")}
     assert "ix_events_session_command" not in indexes  # added by 0003, dropped by 0004
     conn.close()
+
+
+def test_the_pinned_head_is_alembics_head() -> None:
+    """``Store.open`` compares a store's revision with ``HEAD_REVISION`` without loading
+    Alembic; a new migration must move the constant too."""
+    from store.migrate import HEAD_REVISION
+
+    assert head_revision() == HEAD_REVISION
