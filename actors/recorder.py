@@ -1,10 +1,10 @@
 """``StoreRecorder``: an agent connection's output, appended to the session's event log in
 wire order without ever blocking the protocol loop.
 
-The loop hands over frames one by one; the recorder keeps at most one write in flight and
-coalesces everything that arrives meanwhile into the next write (one transaction, many
-events). Order is kept because a single write is in flight at a time. ``flush()`` resolves
-when everything handed over so far has committed.
+The loop hands over the frames of each read from the agent; the recorder keeps at most one
+write in flight and coalesces everything that arrives meanwhile into the next write (one
+transaction, many events). Order is kept because a single write is in flight at a time.
+``flush()`` resolves when everything handed over so far has committed.
 
 ``write_after(fn)`` puts a write of the caller's behind everything handed over so far, in
 the same transaction as the last of it where possible: the session actor records a turn's
@@ -15,7 +15,9 @@ Between writes the recorder waits at least ``min_interval_s`` (measured from the
 write's submission; default 0, the session actors use ``RuntimeSettings.record_interval_s``):
 an agent streams its updates one small write at a time, and without a pause every write that
 commits opens the way for the next one or two frames to go alone, each costing a commit
-(fsync), a feed wake-up and a forward. ``flush`` and ``write_after`` never wait for it.
+(fsync), a feed wake-up and a forward. ``flush``, ``write_after`` and lifecycle ``event``s
+never wait for it; a session actor flushes when it stops its agent, so nothing held back is
+left behind at shutdown.
 
 The recorder also keeps the running turn's message text (``take_text``), read from the
 frames as they pass, so the outcome does not read the turn back from the log.
@@ -32,6 +34,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors.text import TurnText
+from state_machines import ControlPlaneError
 from store import NewEvent, Store, WriteContext
 from store import operations as ops
 
@@ -48,6 +51,7 @@ class StoreRecorder:
         self._min_interval_s = min_interval_s
         self._last_submit = 0.0  # monotonic time of the last write's submission
         self._armed = False  # a write is waiting for the interval (a timer on the loop)
+        self._urgent = False  # something pending must not wait for the interval
         self._loop: asyncio.AbstractEventLoop | None = None  # the tap's loop, for the timer
         self.session_id = session_id
         self.command_id: str | None = None  # set by the session actor for each turn
@@ -72,7 +76,9 @@ class StoreRecorder:
         self._hand_over([("session_update", frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
-        self._hand_over([(kind, NewEvent(kind, payload).payload_text(), None)])
+        # Lifecycle events (agent exited, protocol error, context lost) are rare and the
+        # actor's own writes follow them: they never wait for the interval.
+        self._hand_over([(kind, NewEvent(kind, payload).payload_text(), None)], urgent=True)
 
     def flush(self) -> asyncio.Future[None]:
         return asyncio.wrap_future(self.flush_future())
@@ -123,14 +129,17 @@ class StoreRecorder:
         self._submit(batch, after)
         return future
 
-    def _hand_over(self, events: list[tuple[str, str, Any]]) -> None:
+    def _hand_over(self, events: list[tuple[str, str, Any]], urgent: bool = False) -> None:
         with self._lock:
             command_id = self.command_id
             self._buffer.extend((command_id, event) for event in events)
             self._handed += len(events)
-            if self._in_flight or self._armed:
-                return  # the write in flight or the armed timer takes these along
-            wait = self._interval_left()
+            if self._in_flight:
+                self._urgent = self._urgent or urgent
+                return  # the write in flight takes these along when it is done
+            if self._armed and not urgent:
+                return  # the armed timer takes these along
+            wait = 0.0 if urgent else self._interval_left()
             if wait > 0:
                 try:
                     self._loop = asyncio.get_running_loop()
@@ -159,6 +168,7 @@ class StoreRecorder:
         """Everything waiting, for the next write (under the lock); marks it in flight."""
         batch, after = self._buffer, self._after
         self._buffer, self._after = [], []
+        self._urgent = False
         self._in_flight = bool(batch or after)
         if self._in_flight:
             self._last_submit = time.monotonic()
@@ -174,7 +184,11 @@ class StoreRecorder:
                 self._append(ctx, batch)
             return [ctx.isolated(fn) for fn, _ in after]
 
-        future = self._store.submit(write)
+        try:
+            future = self._store.submit(write)
+        except ControlPlaneError as exc:  # the store is closed: fail what waits, loudly
+            future = Future()
+            future.set_exception(exc)
         future.add_done_callback(lambda f: self._done(f, len(batch), after))
 
     def _append(self, ctx: WriteContext, batch: list[Frame]) -> None:
@@ -188,7 +202,8 @@ class StoreRecorder:
         ops.append_frames(ctx, self.session_id, run_command, run)
 
     def _done(self, future: Future[list[tuple[bool, Any]]], count: int, after: list[After]) -> None:
-        # Runs on the store's writer thread after the commit (or the failure).
+        # Runs after the commit (or the failure): on the store's writer thread, or on the
+        # submitting thread when the write had already failed.
         exc = future.exception()
         with self._lock:
             if exc is not None and count:
@@ -201,8 +216,9 @@ class StoreRecorder:
             if (
                 wait > 0
                 and loop is not None
+                and loop.is_running()
                 and self._buffer
-                and not (self._after or self._waiters or self._armed)
+                and not (self._after or self._waiters or self._armed or self._urgent)
             ):
                 # Updates that came in during the write wait out the interval too (nobody
                 # is waiting for them): the next write takes whatever arrives meanwhile.
@@ -212,11 +228,7 @@ class StoreRecorder:
             else:
                 loop = None
                 batch, more = self._take_pending()
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(loop.call_later, wait, self._interval_over)
-            except RuntimeError:  # the loop is closed: write them now
-                self._interval_over()
+        # Callers first: what comes next (a timer, the next write) must not keep them waiting.
         for _, waiter in ready:
             if exc is not None:
                 waiter.set_exception(exc)
@@ -228,5 +240,10 @@ class StoreRecorder:
                 caller.set_result(value)
             else:
                 caller.set_exception(value)
-        if batch or more:
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(loop.call_later, wait, self._interval_over)
+            except RuntimeError:  # the loop closed meanwhile: write them now
+                self._interval_over()
+        elif batch or more:
             self._submit(batch, more)

@@ -420,6 +420,12 @@ class SessionActor(pykka.ThreadingActor):
         conn, self.conn = self.conn, None
         if conn is not None:
             self._call_quietly(conn.kill() if kill else conn.stop(), 30)
+        # What the agent wrote is durable before it is forgotten: the recorder may be holding
+        # its last updates for the write interval, on a loop that may stop next.
+        try:
+            self.recorder.flush_future().result(30)
+        except Exception as exc:  # a failed write was logged by the recorder already
+            log.info("session %s: flushing agent output: %s", self.session_id, exc)
 
     def _discard(self, conn: AgentConnection) -> None:
         self._call_quietly(conn.kill(), 30)

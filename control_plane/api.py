@@ -78,12 +78,9 @@ class ControlPlane:
         delivery_batch: int = 256,
         run_sessions: bool = True,
         subagent_tools: bool = True,
-        deliver: bool = True,
     ) -> ControlPlane:
         """Open (or create) the store at ``path``, recover, resume deliveries and start
-        running sessions (``run_sessions=False`` opens the store without running sessions;
-        with ``deliver=False`` too, nothing is delivered to sinks at open: only what this
-        process commits is).
+        running sessions (``run_sessions=False`` opens the store for inspection only).
         With ``subagent_tools`` every agent gets the MCP subagent tools (spawn_subagent,
         ...), served over a local socket next to the store."""
         store = Store.open(path, options)
@@ -95,8 +92,7 @@ class ControlPlane:
         loop: ProtocolLoop | None = None
         try:
             delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
-            if deliver:
-                delivery.start()
+            delivery.start()
             loop = ProtocolLoop()
             bridge_box: list[SubagentBridge] = []
             if run_sessions and subagent_tools:

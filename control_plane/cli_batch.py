@@ -35,6 +35,8 @@ from control_plane.cli_common import (
 
 if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
     from control_plane.batch import Counts
+    from control_plane.config import Config
+    from control_plane.tasks import Task
 
 
 def _progress_line(counts: Counts, total: int) -> str:
@@ -64,6 +66,7 @@ def run_batch(
     from control_plane.batch import BatchOptions, BatchRun, default_batch_id
 
     spec, agent_cwd = config.agent(agent)
+    _check_task_agents(tasks_file, tasks, config)
     results = out_path or tasks_file.with_name(f"{tasks_file.stem}.results.jsonl")
     options = BatchOptions(
         batch_id=batch_id or default_batch_id(tasks_file),
@@ -221,3 +224,21 @@ def demo_command(
     out.print(f"store: {ctx.db}")
     out.print(f"inspect: acpctl --db {ctx.db} sessions list")
     raise typer.Exit(code)
+
+
+def _check_task_agents(tasks_file: Path, tasks: list[Task], config: Config) -> None:
+    """Every task's own ``agent`` resolves (a configured name or a usable command line)
+    before the store is opened: a bad one stops the batch before any task runs."""
+    from control_plane.agents import AgentCommandError
+    from control_plane.tasks import TaskFileError
+
+    problems = []
+    for task in tasks:
+        if task.agent is None:
+            continue
+        try:
+            config.agent(task.agent)
+        except AgentCommandError as exc:
+            problems.append(f"task {task.id!r}: {exc}")
+    if problems:
+        raise TaskFileError(str(tasks_file), problems)

@@ -93,18 +93,22 @@ def errors_as_exit() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-@contextmanager
-def opened(
-    ctx: Context, run_sessions: bool, deliver: bool = True, **settings: Any
-) -> Iterator[ControlPlane]:
-    """A ControlPlane on the configured store. Read commands open it without running
-    sessions and without resuming deliveries (``deliver=False``): looking never starts an
-    agent and never writes to a sink (a JSONL sink another process is delivering to would
-    otherwise get a second writer)."""
+def _store_location(ctx: Context, must_exist: bool) -> tuple[Config, Path]:
+    """The configuration and its store path; exit 2 when the store must exist and does not
+    (nothing is created)."""
     config = ctx.config()
     db = config.db_path
-    if not run_sessions and not db.exists():
+    if must_exist and not db.exists():
         fail(f"no store at {db}; pass --db or set ACPCTL_DB")
+    return config, db
+
+
+@contextmanager
+def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[ControlPlane]:
+    """A ControlPlane on the configured store, for commands that change sessions (read
+    commands use ``opened_store``): ``run_sessions=False`` runs no agents, but deliveries
+    resume as in any process that opens the control plane."""
+    config, db = _store_location(ctx, must_exist=not run_sessions)
     db.parent.mkdir(parents=True, exist_ok=True)
     from control_plane.api import ControlPlane
 
@@ -113,7 +117,6 @@ def opened(
         config.store_options(),
         config.runtime_settings(**settings),
         run_sessions=run_sessions,
-        deliver=deliver,
     )
     try:
         yield cp
@@ -126,10 +129,7 @@ def opened_store(ctx: Context) -> Iterator[Store]:
     """The configured store alone, for read commands: no runtime is built (no protocol
     loop, no supervisor, no deliveries), so looking starts fast and has no side effects on
     sessions or sinks. Missing store: exit 2, nothing created."""
-    config = ctx.config()
-    db = config.db_path
-    if not db.exists():
-        fail(f"no store at {db}; pass --db or set ACPCTL_DB")
+    config, db = _store_location(ctx, must_exist=True)
     from store import Store
 
     store = Store.open(db, config.store_options())

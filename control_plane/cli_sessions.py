@@ -252,14 +252,20 @@ def events_command(
 def _event_stream(
     ctx: Context, session_id: str, after: int, follow: bool
 ) -> Iterator[Iterable[EventRecord]]:
-    """The stored events, from the store alone; with ``follow``, through a control plane
-    (which is told of new commits), still without running sessions or deliveries."""
-    if not follow:
-        with opened_store(ctx) as store:
+    """The stored events, from the store alone; with ``follow``, then the new ones as other
+    processes commit them (polled: this process commits nothing itself)."""
+    with opened_store(ctx) as store:
+        if not follow:
             yield store.events(session_id, after)
-        return
-    with opened(ctx, run_sessions=False, deliver=False) as cp:
-        yield cp.follow(session_id, after)
+            return
+        from control_plane.waiting import Waiters
+
+        store.get_session(session_id)  # an unknown id is an error, not an empty tail
+        waiters = Waiters(store)
+        try:
+            yield waiters.events(session_id, after, None)
+        finally:
+            waiters.close()
 
 
 def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None:

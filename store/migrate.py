@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
+from state_machines.errors import StoreError
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -18,6 +20,12 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # The newest migration's revision. tests/test_migrations.py checks it against Alembic's
 # view of the migrations directory, so a new migration cannot be added without it.
 HEAD_REVISION = "0004"
+# Every revision this release can migrate from (the test checks them against Alembic's too).
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004")
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer release: this one does not know its schema."""
 
 
 def _config() -> Config:
@@ -52,8 +60,17 @@ def current_revision(engine: Engine) -> str | None:
 def upgrade_to_head(write_engine: Engine, read_engine: Engine) -> None:
     """Check the revision on a reader (no write lock needed when already at head), then
     migrate on the writer connection."""
-    if current_revision(read_engine) == HEAD_REVISION:
+    current = current_revision(read_engine)
+    if current == HEAD_REVISION:
         return
+    if current is not None and current not in KNOWN_REVISIONS:
+        path = write_engine.url.database
+        raise SchemaTooNew(
+            f"cannot open store {path}: its schema is at revision {current!r}, newer than "
+            f"this release knows (up to {HEAD_REVISION!r}); open it with the release that "
+            "wrote it, or a newer one",
+            path=path,
+        )
     from alembic import command
 
     config = _config()

@@ -3,8 +3,9 @@
 Callers on any thread ``submit`` a write function; the writer thread takes every write that is
 waiting, runs them in one ``BEGIN IMMEDIATE`` transaction (each inside its own SAVEPOINT, so one
 write that raises is rolled back alone and the others still commit), commits once, and only
-then resolves each caller's future. One fsync then acknowledges many writes: that is where the
-throughput under concurrency comes from.
+then acknowledges each caller (a blocking ``call`` waits on a lock, ``submit`` gets a future).
+One fsync then acknowledges many writes: that is where the throughput under concurrency comes
+from.
 
 Hooks a write registers with ``WriteContext.after_commit`` run on the writer thread after the
 commit, in order; an exception there is logged and never undoes the commit.
@@ -144,7 +145,7 @@ class _Request(Generic[T]):
 
     def wait(self, timeout: float | None) -> T:
         assert self.done is not None
-        if not self.done.acquire(timeout=-1 if timeout is None else timeout):
+        if not self.done.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             raise TimeoutError(f"the write did not commit within {timeout} s")
         if self.ok:
             return cast(T, self.value)

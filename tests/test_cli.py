@@ -95,6 +95,23 @@ def test_an_unusable_agent_command_exits_2_before_anything_is_written(
     assert _files(tmp_path) == ["empty.toml", "tasks.jsonl"]
 
 
+def test_an_unusable_agent_of_one_task_stops_the_batch_before_any_task_runs(
+    tmp_path: Path,
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        '{"id": "a", "prompt": "hello"}\n{"id": "b", "prompt": "hi", "agent": "python \\"open"}\n'
+    )
+    config = tmp_path / "empty.toml"
+    config.write_text("")
+    code, output = _run(
+        "--config", str(config), "--db", str(tmp_path / "cp.db"), "batch", str(tasks)
+    )
+    assert code == 2, output
+    assert "task 'b'" in output and "No closing quotation" in output
+    assert _files(tmp_path) == ["empty.toml", "tasks.jsonl"]  # no store, no results
+
+
 def test_bad_configuration_values_are_named(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[limits]\nmax_running_turns = 0\n[permissions]\ndefault = "maybe"\n')

@@ -6,6 +6,9 @@ same JSONL file; a second writer could duplicate lines). Commands that change a 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -49,3 +52,32 @@ def test_read_commands_never_deliver_to_sinks(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     delivered = [json.loads(line)["kind"] for line in sink.read_text().splitlines()]
     assert delivered == ["session_created", *["tick"] * 5, "closed"]
+
+
+def test_events_follow_tails_other_processes_commits_without_delivering(tmp_path: Path) -> None:
+    db, sink, sid = _store_with_undelivered_events(tmp_path)
+    empty_config = tmp_path / "empty.toml"
+    empty_config.write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    env["ACPCTL_CONFIG"] = str(empty_config)
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "control_plane.cli", "--db", str(db), "events", sid, "-f", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert follower.stdout is not None
+        first = json.loads(follower.stdout.readline())  # the stored events come first
+        assert first["kind"] == "session_created"
+        with Store.open(db) as store:  # another process: appends, then closes the session
+            store.append_events(sid, None, [NewEvent("late", {})])
+            store.close_session(sid, "done")
+        out, err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    kinds = [first["kind"]] + [json.loads(line)["kind"] for line in out.splitlines()]
+    assert follower.returncode == 0, err
+    assert kinds == ["session_created", *["tick"] * 5, "late", "closed"]
+    assert not sink.exists()  # following delivered nothing

@@ -6,6 +6,7 @@ closed store refuses writes with a typed error."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,40 @@ def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.enqueue(sid, CommandKind.PROMPT, PAYLOAD, "k")
+
+
+def test_blocking_writers_in_one_group_each_get_their_own_outcome(tmp_path: Path) -> None:
+    """The lock path (``write``, not ``submit``): with a write of the group failing, the
+    others commit and return their values; the failing caller gets its own exception."""
+    with Store.open(tmp_path / "s.db") as store:
+        sid = _spawn(store)
+        gate = threading.Event()
+        held = store.submit(lambda ctx: gate.wait(5))  # the next writes queue as one group
+        outcomes: dict[int, object] = {}
+
+        def writer(i: int) -> None:
+            def write(ctx: WriteContext) -> str:
+                ops.enqueue(ctx, sid, CommandKind.PROMPT, PAYLOAD, f"k{i}")
+                if i == 3:
+                    raise ValueError("write 3 fails after writing")
+                return f"ok {i}"
+
+            try:
+                outcomes[i] = store.write(write, timeout=10)
+            except ValueError as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.2)  # let the writers queue behind the held write (else: smaller groups)
+        gate.set()
+        for thread in threads:
+            thread.join(10)
+        held.result(5)
+        assert {i: v for i, v in outcomes.items() if i != 3} == {
+            i: f"ok {i}" for i in range(6) if i != 3
+        }
+        assert isinstance(outcomes[3], ValueError)
+        keys = sorted(c.idempotency_key or "" for c in store.commands_of(sid))
+        assert keys == [f"k{i}" for i in range(6) if i != 3]

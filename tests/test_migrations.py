@@ -3,6 +3,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
@@ -90,3 +91,25 @@ def test_the_pinned_head_is_alembics_head() -> None:
     from store.migrate import HEAD_REVISION
 
     assert head_revision() == HEAD_REVISION
+
+
+def test_every_known_revision_is_alembics_and_a_newer_store_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    from alembic.script import ScriptDirectory
+
+    from state_machines import StoreError
+    from store.migrate import KNOWN_REVISIONS, SchemaTooNew, _config
+
+    script = ScriptDirectory.from_config(_config())
+    assert sorted(rev.revision for rev in script.walk_revisions()) == list(KNOWN_REVISIONS)
+
+    db = tmp_path / "s.db"
+    Store.open(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    before = db.read_bytes()
+    with pytest.raises(SchemaTooNew, match="revision '0099', newer than this release"):
+        Store.open(db)
+    assert issubclass(SchemaTooNew, StoreError)
+    assert db.read_bytes() == before  # nothing migrated, nothing written

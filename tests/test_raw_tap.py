@@ -89,23 +89,23 @@ def test_garbage_ends_the_tap_with_a_protocol_error_event(tmp_path: Path) -> Non
 def test_the_updates_of_one_read_are_handed_over_in_one_call(tmp_path: Path) -> None:
     """One hand-over per read from the pipe, so the recorder writes them as one group."""
 
-    async def run() -> tuple[ListRecorder, list[bytes]]:
+    response = b'{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}'
+
+    async def run() -> tuple[ListRecorder, list[tuple[str, int | str]], list[bytes]]:
         recorder = ListRecorder()
         conn = _connection(tmp_path, recorder)
         source, sink = asyncio.StreamReader(), asyncio.StreamReader()
         conn._hook_tap(source, sink)
-        response = b'{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}'
         source.feed_data(b"\n".join([_update(0), _update(1), _update(2), b""]))
         source.feed_data(b"\n".join([_update(3), response, _update(4), b""]))
         source.feed_data(_update(5)[:10])  # half a frame: nothing handed over for it yet
-        calls_before_eof = list(recorder.calls)
+        calls_before_rest = list(recorder.calls)
         source.feed_data(_update(5)[10:] + b"\n")
         source.feed_eof()
-        await _drain(sink)
-        recorder.calls.insert(0, ("checkpoint", str(calls_before_eof)))
-        return recorder, []
+        return recorder, calls_before_rest, await _drain(sink)
 
-    recorder, _ = asyncio.run(run())
-    assert recorder.calls[1:] == [("updates", 3), ("updates", 2), ("updates", 1)]
-    assert recorder.calls[0] == ("checkpoint", str([("updates", 3), ("updates", 2)]))
+    recorder, calls_before_rest, to_sdk = asyncio.run(run())
+    assert calls_before_rest == [("updates", 3), ("updates", 2)]
+    assert recorder.calls == [("updates", 3), ("updates", 2), ("updates", 1)]
+    assert to_sdk == [response + b"\n"]  # the response of the same read still reaches the SDK
     assert [json.loads(f)["params"]["update"]["n"] for f in recorder.frames] == list(range(6))

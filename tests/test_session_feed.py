@@ -203,3 +203,32 @@ def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
     assert outcome_wait < 0.4  # the outcome did not wait for the 0.5 s interval
     assert _kinds_after_spawn(store, sid) == ["session_update"] * 7
     assert store.get_command(cid).state is CommandState.COMPLETED
+
+
+def test_recorder_interval_never_holds_back_a_flush_or_a_lifecycle_event(
+    store: Store, tmp_path: Path
+) -> None:
+    """A flush while the interval's timer is armed writes at once; so does an event (the
+    actor's own writes follow events like ``agent_exited``: they must not overtake them)."""
+    sid, cid = _session(store, tmp_path)
+    recorder = StoreRecorder(store, sid, min_interval_s=5.0)
+    recorder.command_id = cid
+
+    async def run() -> tuple[float, float]:
+        recorder.updates([_frame(0)])  # goes at once, starts the interval
+        recorder.flush_future().result(30)
+        recorder.updates([_frame(1)])  # held: the timer is armed for ~5 s
+        started = time.monotonic()
+        await asyncio.wrap_future(recorder.flush_future())
+        flushed_after = time.monotonic() - started
+        recorder.updates([_frame(2)])  # held again
+        started = time.monotonic()
+        recorder.event("agent_exited", {"exitCode": 1})
+        while len(_kinds_after_spawn(store, sid)) < 4:
+            await asyncio.sleep(0.01)
+            assert time.monotonic() - started < 4, "the event waited for the interval"
+        return flushed_after, time.monotonic() - started
+
+    flushed_after, event_after = asyncio.run(run())
+    assert flushed_after < 4 and event_after < 4
+    assert _kinds_after_spawn(store, sid) == ["session_update"] * 3 + ["agent_exited"]
