@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -283,19 +284,25 @@ print(json.dumps({"file": control_plane.__file__, "loaded": loaded, "code": code
 )
 def test_cli_start_up_does_not_import_the_runtime(tmp_path: Path, args: list[str]) -> None:
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    report, output = _probe(tmp_path, argv, HEAVY_MODULES)
+    assert Path(report["file"]) == Path(control_plane.__file__)  # this checkout's package
+    assert report["loaded"] == [], output
+
+
+def _probe(tmp_path: Path, argv: list[str], modules: list[str]) -> tuple[dict[str, Any], str]:
+    """Run ``acpctl argv`` in a fresh interpreter (no user configuration); report which of
+    ``modules`` it imported, its exit code and its output."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path)  # no config file
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(HEAVY_MODULES)],
+        [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(modules)],
         capture_output=True,
         text=True,
         timeout=60,
         env=env,
         cwd=tmp_path,
     )
-    report = json.loads(result.stdout.splitlines()[-1])
-    assert Path(report["file"]) == Path(control_plane.__file__)  # this checkout's package
-    assert report["loaded"] == [], result.stdout + result.stderr
+    return json.loads(result.stdout.splitlines()[-1]), result.stdout + result.stderr
 
 
 # What the read commands must not import: they open the store alone, not the runtime.
@@ -309,8 +316,6 @@ def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path) -> Non
     db = tmp_path / "cp.db"
     with Store.open(db) as store:
         sid = store.spawn(AGENT, str(tmp_path), None, None, "s").session.id
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
-    env["XDG_CONFIG_HOME"] = str(tmp_path)  # no config file
     for args in (
         ["sessions", "list"],
         ["sessions", "show", sid],
@@ -319,16 +324,7 @@ def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path) -> Non
         ["events", sid],
         ["status", "--json"],
     ):
-        argv = ["--db", str(db), *args]
-        result = subprocess.run(
-            [sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(RUNTIME_MODULES)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            cwd=tmp_path,
-        )
-        report = json.loads(result.stdout.splitlines()[-1])
-        assert report["code"] == 0, (args, result.stdout + result.stderr)
-        assert report["loaded"] == [], (args, result.stdout + result.stderr)
+        report, output = _probe(tmp_path, ["--db", str(db), *args], RUNTIME_MODULES)
+        assert report["code"] == 0, (args, output)
+        assert report["loaded"] == [], (args, output)
     assert (tmp_path / "t.jsonl").exists()
