@@ -74,10 +74,11 @@ def test_events_follow_tails_other_processes_commits_without_delivering(tmp_path
         with Store.open(db) as store:  # another process: appends, then closes the session
             store.append_events(sid, None, [NewEvent("late", {})])
             store.close_session(sid, "done")
-        out, err = follower.communicate(timeout=60)
+        follower.wait(timeout=60)  # it ends after the closed event
+        rest = follower.stdout.read()  # through the same buffer as the first line
     finally:
         follower.kill()
-    kinds = [first["kind"]] + [json.loads(line)["kind"] for line in out.splitlines()]
-    assert follower.returncode == 0, err
+    kinds = [first["kind"]] + [json.loads(line)["kind"] for line in rest.splitlines()]
+    assert follower.returncode == 0, follower.stderr.read() if follower.stderr else ""
     assert kinds == ["session_created", *["tick"] * 5, "late", "closed"]
     assert not sink.exists()  # following delivered nothing
