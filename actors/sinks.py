@@ -8,10 +8,12 @@ accepted (durably, for the file sink); raising means rejected, retried later.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 from store import EventRecord
@@ -55,50 +57,75 @@ class CallbackSink:
 class JsonlFileSink:
     """Appends one JSON line per event to a file, fsync-ed before ``deliver`` returns.
 
-    On open it reads the ids already in the file, so re-delivered events are skipped. A last
-    line torn by a crash (no newline) was never acknowledged: it is cut off before appending.
+    It keeps the ids already in the file, so re-delivered events are skipped. A last line torn
+    by a crash (no newline) was never acknowledged: it is cut off before appending.
+
+    Several processes may deliver to one file (each process that opens the control plane
+    resumes every binding): every read and append happens under an exclusive ``flock`` on the
+    file, and before appending the sink reads what others appended since its last look. The
+    file stays one ordered run of ids with none twice (a batch only ever continues what the
+    checkpoint says is in the file already).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._seen: set[int] = set()
+        self._known = 0  # bytes of the file whose ids are in _seen
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._load_and_repair()
-        self._fh = open(path, "ab")  # noqa: SIM115 - held open for the sink's lifetime
+        self._fh = open(path, "ab+")  # noqa: SIM115 - held open for the sink's lifetime
+        with self._lock, self._file_locked():
+            self._catch_up()
 
-    def _load_and_repair(self) -> None:
-        if not os.path.exists(self.path):
+    @contextmanager
+    def _file_locked(self) -> Iterator[None]:
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+
+    def _catch_up(self) -> None:
+        """Read the ids appended since the last look (by this process or another); cut a
+        torn tail (a writer died mid-line: with the lock held, nobody is writing now)."""
+        size = os.fstat(self._fh.fileno()).st_size
+        if size < self._known:  # cut by hand, or replaced: read it all again
+            self._known = 0
+            self._seen.clear()
+        if size == self._known:
             return
-        with open(self.path, "rb+") as fh:
-            data = fh.read()
-            end = data.rfind(b"\n") + 1
-            if end != len(data):
-                fh.truncate(end)  # the torn tail of a write that was never acknowledged
-                fh.flush()
-                os.fsync(fh.fileno())
+        self._fh.seek(self._known)
+        data = self._fh.read(size - self._known)
+        end = data.rfind(b"\n") + 1
+        if end != len(data):
+            self._fh.truncate(self._known + end)  # never acknowledged
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
         for line in data[:end].splitlines():
             try:
                 self._seen.add(int(json.loads(line)["eventId"]))
             except (ValueError, KeyError, TypeError):
                 continue  # not ours; a reader skips lines that do not parse
+        self._known += end
 
     def deliver(self, events: Sequence[EventRecord]) -> None:
-        with self._lock:
+        with self._lock, self._file_locked():
+            self._catch_up()
             fresh = [e for e in events if e.id not in self._seen]
-            if not fresh:
-                return
-            blob = b"".join(
-                json.dumps(event_line(e), ensure_ascii=False, separators=(",", ":")).encode()
-                + b"\n"
-                for e in fresh
-            )
-            self._fh.write(blob)
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._seen.update(e.id for e in fresh)
-        fault_point("delivery.after_sink_write")
+            if fresh:
+                blob = b"".join(
+                    json.dumps(event_line(e), ensure_ascii=False, separators=(",", ":")).encode()
+                    + b"\n"
+                    for e in fresh
+                )
+                self._fh.write(blob)  # "a" mode: at the end, whatever the position
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
+                self._seen.update(e.id for e in fresh)
+                self._known += len(blob)
+        if fresh:
+            fault_point("delivery.after_sink_write")
 
     def close(self) -> None:
         with self._lock:

@@ -137,3 +137,26 @@ def test_delivery_killed_between_sink_write_and_checkpoint_resumes_without_loss_
     with Store.open(db) as store:
         binding = store.bindings_of(sid)[0]
         assert binding.last_delivered_seq == n_events + 1
+
+
+def test_processes_delivering_one_binding_at_once_write_each_event_once_in_order(
+    tmp_path: Path,
+) -> None:
+    """Every process that opens the control plane resumes every binding, so several may
+    deliver to one JSONL file at the same time (a host, a batch, a CLI command): the file
+    still gets every event once, in order. Real processes, small batches to interleave."""
+    db, sink = tmp_path / "cp.db", tmp_path / "sink.jsonl"
+    n_events = 600
+    with Store.open(db) as store:
+        from store import BindingSpec, SinkKind
+
+        spawn = store.spawn(AGENT, "/w", BindingSpec(SinkKind.JSONL, str(sink)), None, "s")
+        sid = spawn.session.id
+        store.append_events(sid, None, [NewEvent("tick", {"i": i}) for i in range(n_events)])
+        expected = [e.id for e in store.events(sid)]
+    procs = [_driver("deliver", str(db), "3") for _ in range(4)]
+    for proc in procs:
+        assert proc.wait(120) == 0
+    ids = [json.loads(line)["eventId"] for line in sink.read_text().splitlines()]
+    assert len(ids) == len(set(ids)), "an event was written twice"
+    assert ids == expected
