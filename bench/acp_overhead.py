@@ -34,13 +34,12 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -64,7 +63,7 @@ from bench._common import (  # noqa: E402
     progress,
     turn_sides,
 )
-from protocol.connection import AgentConnection, AgentLaunch  # noqa: E402
+from protocol.connection import AgentConnection, AgentLaunch, NullRecorder  # noqa: E402
 from protocol.loop import ProtocolLoop  # noqa: E402
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
 from protocol.spawn import agent_environment  # noqa: E402
@@ -95,19 +94,6 @@ class PlainClient:
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         return None
-
-
-class NullRecorder:
-    """A ``Recorder`` that keeps nothing: the runtime's connection without the store."""
-
-    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
-        return None
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        return None
-
-    def flush(self) -> Awaitable[None]:
-        return asyncio.sleep(0)
 
 
 @dataclass

@@ -279,9 +279,7 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
         by_state = store.read(queries.count_sessions_by_state)
         queued = store.read(lambda c: _count_commands(c, CommandState.QUEUED))
         running = store.read(lambda c: _count_commands(c, CommandState.RUNNING))
-        orphaned = store.read(
-            lambda c: ops.orphaned_sessions(c, this_owner(), include_mine=False)
-        )
+        orphaned = store.read(lambda c: ops.orphaned_sessions(c, this_owner(), include_mine=False))
         interrupted = store.read(_interrupted_counts)
         path = store.path
     report: dict[str, Any] = {

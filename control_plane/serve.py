@@ -50,7 +50,7 @@ from control_plane.config import Config
 from control_plane.outcome import Outcome
 from control_plane.waiting import FINAL
 from protocol import json_codec
-from protocol.connection import AgentConnection
+from protocol.connection import AgentConnection, NullRecorder
 from protocol.front_tap import guard_input
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
 from protocol.replay import conversation_updates, update_of
@@ -131,7 +131,7 @@ class ServeAgent:
             stderr_path=os.devnull,
         )
         broker = PermissionBroker(PermissionPolicy(Decision.DENY))
-        conn = AgentConnection(launch, _NullRecorder(), broker)
+        conn = AgentConnection(launch, NullRecorder(), broker)
         try:
             init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
             caps = init.agent_capabilities
@@ -451,17 +451,6 @@ class _Bridge:
         await self._on_front(
             self.agent.client.write_text_file(session_id=session_id, path=path, content=content)
         )
-
-
-class _NullRecorder:
-    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
-        return None
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def flush(self) -> None:
-        return None
 
 
 def _idempotency_key(meta: dict[str, Any]) -> str | None:

@@ -70,6 +70,20 @@ class Recorder(Protocol):
     def flush(self) -> Awaitable[None]: ...
 
 
+class NullRecorder:
+    """A ``Recorder`` that keeps nothing: a connection whose output is not recorded (serve's
+    probe of the backend's capabilities; the runtime benchmark without the store)."""
+
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        return None
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class AgentLaunch:
     command: tuple[str, ...]

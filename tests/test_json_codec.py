@@ -17,7 +17,7 @@ def test_large_integers_round_trip_exactly() -> None:
 
 
 def test_text_is_kept_exactly() -> None:
-    value = {"text": "é ✓ \u2028 \"quoted\" \\ end", "n": 1.5, "list": [None, True]}
+    value = {"text": 'é ✓ \u2028 "quoted" \\ end', "n": 1.5, "list": [None, True]}
     assert json_codec.loads(json_codec.dumps(value)) == value
     assert json_codec.loads(json.dumps(value).encode()) == value
 
