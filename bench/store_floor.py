@@ -140,26 +140,10 @@ def _enqueue(session_id: str, key: str) -> Write:
             raise RuntimeError(f"key {key} reused")
         (seq,) = conn.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
         command_id, at = str(uuid.uuid4()), time.time()
-        values = {
-            "id": command_id,
-            "session_id": session_id,
-            "seq": seq,
-            "kind": "prompt",
-            "payload": PAYLOAD_TEXT,
-            "idempotency_key": key,
-            "request_hash": "0" * 64,
-            "state": "queued",
-            "priority": 0,
-            "attempts": 0,
-            "max_attempts": 3,
-            "result": None,
-            "error": None,
-            "created_at": at,
-            "started_at": None,
-            "finished_at": None,
-            "updated_at": at,
-        }
-        conn.execute(hot.INSERT_COMMAND, hot.command_row(**values))
+        row = hot.queued_command_row(
+            command_id, session_id, seq, "prompt", PAYLOAD_TEXT, key, "0" * 64, 0, 3, at
+        )
+        conn.execute(hot.INSERT_COMMAND, row)
         return command_id
 
     return write

@@ -15,14 +15,14 @@ def canonical_json(value: Any) -> str:
 
 
 def request_hash(kind: str, payload: Any) -> str:
-    return hashlib.sha256(canonical_json({"kind": kind, "payload": payload}).encode()).hexdigest()
+    return canonical_payload(kind, payload)[1]
 
 
 def canonical_payload(kind: str, payload: Any) -> tuple[str, str]:
     """``(canonical JSON of payload, request_hash(kind, payload))`` with one encoding of the
     payload: the canonical form of ``{"kind": k, "payload": p}`` is the two keys in sorted
-    order around the canonical form of ``p``, so the hash is the one ``request_hash``
-    gives (a test pins the equality)."""
+    order around the canonical form of ``p``; tests pin that this is the SHA-256 of the
+    canonical JSON of the whole envelope, the hash stored for every request so far."""
     text = _CANONICAL.encode(payload)
     envelope = '{"kind":' + _CANONICAL.encode(kind) + ',"payload":' + text + "}"
     return text, hashlib.sha256(envelope.encode()).hexdigest()

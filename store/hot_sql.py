@@ -78,10 +78,38 @@ _KINDS: dict[str, CommandKind] = {k.value: k for k in CommandKind}
 _STATES: dict[str, CommandState] = {s.value: s for s in CommandState}
 
 
-def command_row(**values: Any) -> tuple[Any, ...]:
-    """A ``commands`` row as a tuple in ``COMMAND_COLUMNS`` order (every column named)."""
-    if len(values) != len(COMMAND_COLUMNS):
-        raise TypeError(f"a command row names {len(COMMAND_COLUMNS)} columns, got {len(values)}")
+def queued_command_row(
+    command_id: str,
+    session_id: str,
+    seq: int,
+    kind: str,
+    payload: str,
+    idempotency_key: str | None,
+    request_hash: str,
+    priority: int,
+    max_attempts: int,
+    at: float,
+) -> tuple[Any, ...]:
+    """A new ``queued`` command's row as a tuple in ``COMMAND_COLUMNS`` order."""
+    values = {
+        "id": command_id,
+        "session_id": session_id,
+        "seq": seq,
+        "kind": kind,
+        "payload": payload,
+        "idempotency_key": idempotency_key,
+        "request_hash": request_hash,
+        "state": CommandState.QUEUED.value,
+        "priority": priority,
+        "attempts": 0,
+        "max_attempts": max_attempts,
+        "result": None,
+        "error": None,
+        "created_at": at,
+        "started_at": None,
+        "finished_at": None,
+        "updated_at": at,
+    }
     row: tuple[Any, ...] = _COMMAND_ROW(values)
     return row
 

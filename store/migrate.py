@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
-# The newest migration's revision. tests/test_migrations.py checks it against Alembic's
-# view of the migrations directory, so a new migration cannot be added without it.
-HEAD_REVISION = "0004"
-# Every revision this release can migrate from (the test checks them against Alembic's too).
+# Every revision this release can migrate from, oldest first; the last one is the head.
+# tests/test_migrations.py checks them against Alembic's view of the migrations directory,
+# so a new migration cannot be added without listing it here.
 KNOWN_REVISIONS = ("0001", "0002", "0003", "0004")
+HEAD_REVISION = KNOWN_REVISIONS[-1]
 
 
 class SchemaTooNew(StoreError):

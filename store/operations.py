@@ -294,24 +294,17 @@ def _insert_command(
         raise SessionClosed(session_id)
     now = time.time()
     payload_text, digest = canonical_payload(kind.value, payload)
-    record = hot.command_row(
-        id=new_id(),
-        session_id=session_id,
-        seq=row[0],
-        kind=kind.value,
-        payload=payload_text,
-        idempotency_key=idempotency_key,
-        request_hash=digest,
-        state=CommandState.QUEUED.value,
-        priority=priority,
-        attempts=0,
-        max_attempts=max_attempts,
-        result=None,
-        error=None,
-        created_at=now,
-        started_at=None,
-        finished_at=None,
-        updated_at=now,
+    record = hot.queued_command_row(
+        new_id(),
+        session_id,
+        row[0],
+        kind.value,
+        payload_text,
+        idempotency_key,
+        digest,
+        priority,
+        max_attempts,
+        now,
     )
     raw.execute(hot.INSERT_COMMAND, record)
     return hot.command_from_tuple(record)

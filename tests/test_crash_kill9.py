@@ -107,18 +107,23 @@ def test_kill_inside_enqueue_loses_the_command_and_the_retry_creates_it_once(
     assert _counts(db)["commands"] == 1
 
 
+def _bound_session_with_events(db: Path, sink: Path, n_events: int) -> tuple[str, list[int]]:
+    """A session bound to a JSONL sink with ``n_events`` undelivered ticks; its event ids."""
+    from store import BindingSpec, SinkKind
+
+    with Store.open(db) as store:
+        spawn = store.spawn(AGENT, "/w", BindingSpec(SinkKind.JSONL, str(sink)), None, "s")
+        sid = spawn.session.id
+        store.append_events(sid, None, [NewEvent("tick", {"i": i}) for i in range(n_events)])
+        return sid, [e.id for e in store.events(sid)]
+
+
 def test_delivery_killed_between_sink_write_and_checkpoint_resumes_without_loss_or_duplicates(
     tmp_path: Path,
 ) -> None:
     db, sink = tmp_path / "cp.db", tmp_path / "sink.jsonl"
     n_events = 60
-    with Store.open(db) as store:
-        from store import BindingSpec, SinkKind
-
-        spawn = store.spawn(AGENT, "/w", BindingSpec(SinkKind.JSONL, str(sink)), None, "s")
-        sid = spawn.session.id
-        store.append_events(sid, None, [NewEvent("tick", {"i": i}) for i in range(n_events)])
-        expected = [e.id for e in store.events(sid)]
+    sid, expected = _bound_session_with_events(db, sink, n_events)
     kills = 0
     for after in (0, 2, 1, 3):  # crash after this many sink writes in each run
         proc = _driver(
@@ -146,14 +151,7 @@ def test_processes_delivering_one_binding_at_once_write_each_event_once_in_order
     deliver to one JSONL file at the same time (a host, a batch, a CLI command): the file
     still gets every event once, in order. Real processes, small batches to interleave."""
     db, sink = tmp_path / "cp.db", tmp_path / "sink.jsonl"
-    n_events = 600
-    with Store.open(db) as store:
-        from store import BindingSpec, SinkKind
-
-        spawn = store.spawn(AGENT, "/w", BindingSpec(SinkKind.JSONL, str(sink)), None, "s")
-        sid = spawn.session.id
-        store.append_events(sid, None, [NewEvent("tick", {"i": i}) for i in range(n_events)])
-        expected = [e.id for e in store.events(sid)]
+    _, expected = _bound_session_with_events(db, sink, 600)
     procs = [_driver("deliver", str(db), "3") for _ in range(4)]
     for proc in procs:
         assert proc.wait(120) == 0
