@@ -26,7 +26,9 @@ from store import operations as ops
 from store.faults import fault_point
 from store.schema import events
 
-TRIGGERS = frozenset({"turn_ended", "turn_failed", "interrupted", "agent_start_failed", "closed"})
+TRIGGERS = frozenset(
+    {"turn_ended", "turn_failed", "interrupted", "turn_interrupted", "agent_start_failed", "closed"}
+)
 
 
 def status_of(command: CommandRecord) -> str:
@@ -34,6 +36,8 @@ def status_of(command: CommandRecord) -> str:
         return "ok"
     if command.state is CommandState.CANCELLED:
         return "cancelled"
+    if command.state is CommandState.INTERRUPTED:
+        return "interrupted"
     if (command.error or "").startswith("timeout"):
         return "timeout"
     return "error"

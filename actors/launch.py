@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 
@@ -9,6 +10,8 @@ from actors.settings import RuntimeSettings
 from protocol.connection import AgentLaunch
 from protocol.spawn import agent_environment
 from store import AgentSpec, SessionRecord
+
+log = logging.getLogger(__name__)
 
 
 def launch_for(session: SessionRecord, settings: RuntimeSettings) -> AgentLaunch:
@@ -23,14 +26,26 @@ def launch_agent(
     settings: RuntimeSettings,
     additional_directories: Sequence[str] = (),
 ) -> AgentLaunch:
+    """The environment comes from the agent's profile as configured now, never from the
+    store: the stored spec names its variables only."""
     os.makedirs(settings.log_dir, exist_ok=True)
+    profile = settings.agent_profiles.get(agent.name)
+    missing = settings.agent_profiles.missing(agent)
+    if missing:
+        log.warning(
+            "agent %r was configured with %s, which the current configuration does not set",
+            agent.name,
+            ", ".join(missing),
+        )
+    terminals = settings.terminals_enabled if profile.terminals is None else profile.terminals
     return AgentLaunch(
         command=agent.command,
         cwd=cwd,
-        env=agent_environment(dict(agent.env), settings.env_passthrough),
+        env=agent_environment(dict(profile.env), (*settings.env_passthrough, *profile.passthrough)),
         stderr_path=os.path.join(settings.log_dir, f"{log_name}.stderr.log"),
         additional_directories=tuple(str(d) for d in additional_directories),
         max_frame_bytes=settings.max_frame_bytes,
         shutdown_timeout_s=settings.agent_shutdown_timeout_s,
-        terminals_enabled=settings.terminals_enabled,
+        terminals_enabled=terminals,
+        fs=profile.fs,
     )

@@ -29,6 +29,7 @@ import pykka
 
 from actors import turns
 from actors.launch import launch_for
+from actors.leftovers import kill_leftovers
 from actors.messages import (
     AgentGone,
     CancelTurn,
@@ -86,6 +87,9 @@ class SessionActor(pykka.ThreadingActor):
         self.last_active = time.monotonic()
         self.closing = False
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
+        # The live agent was restored with its conversation (resumed or loaded): a prompt a
+        # crash interrupted is in it already and must not be sent again.
+        self.context_kept = False
 
     # -- lifecycle (actor thread) --------------------------------------------------------
 
@@ -174,7 +178,9 @@ class SessionActor(pykka.ThreadingActor):
         collect = self.facts.queue_mode == "collect"
         cap = self.deps.settings.max_running_children if parent_id else None
         claimed = self.store.write(
-            lambda ctx: turns.begin_next(ctx, self.session_id, self.epoch, collect, cap)
+            lambda ctx: turns.begin_next(
+                ctx, self.session_id, self.epoch, collect, cap, self.context_kept
+            )
         )
         if not claimed:
             self.deps.slots.release(self.session_id)
@@ -195,6 +201,7 @@ class SessionActor(pykka.ThreadingActor):
             return True
         self._stop_agent(kill=True)
         session = self.store.get_session(self.session_id)
+        leftovers = kill_leftovers(self.session_id, session.agent_process)
         settings = self.deps.settings
         conn = AgentConnection(
             launch_for(session, settings),
@@ -225,6 +232,7 @@ class SessionActor(pykka.ThreadingActor):
             )
             return False
         self.conn = conn
+        self.context_kept = opened.how in ("resumed", "loaded")
         info = init.agent_info
         details = {
             "pid": conn.pid,
@@ -233,9 +241,12 @@ class SessionActor(pykka.ThreadingActor):
             if info is None
             else info.model_dump(by_alias=True, exclude_none=True),
         }
+        if leftovers:
+            details["leftoversKilled"] = leftovers
+        tree = conn.process_tree
         self.store.write(
             lambda ctx: turns.agent_started(
-                ctx, self.session_id, self.epoch, opened.acp_session_id, opened.how, details
+                ctx, self.session_id, self.epoch, opened.acp_session_id, opened.how, details, tree
             )
         )
         return True

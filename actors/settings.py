@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.agent_profiles import AgentProfiles
 from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
 from store import SubagentLimits
@@ -49,7 +50,11 @@ class RuntimeSettings:
     # session id; None gives agents none.
     mcp_servers: Callable[[str], list[dict[str, Any]]] | None = None
     terminals_enabled: bool = False
+    # Host variables forwarded to every agent by name (per-agent ones are in its profile).
     env_passthrough: tuple[str, ...] = ()
+    # Per agent name: environment values, passthrough, fs and terminal options, resolved at
+    # every launch (never stored; see actors/agent_profiles.py).
+    agent_profiles: AgentProfiles = field(default_factory=AgentProfiles)
     max_frame_bytes: int = 16 * 1024 * 1024
     # The least time between two writes of a session's agent output: updates arriving
     # meanwhile are committed together (one fsync, one wake-up of each watcher). Adds at most

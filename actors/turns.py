@@ -6,6 +6,7 @@ session to ``running`` and logging the user's prompt commit together or not at a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from typing import Any
@@ -24,11 +25,16 @@ def begin_next(
     epoch: int,
     collect: bool,
     max_running_children: int | None = None,
+    context_kept: bool = False,
 ) -> list[CommandRecord]:
     """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
     merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``.
     A child whose parent already has ``max_running_children`` running claims nothing (it
-    stays queued; the single writer makes this check race-free)."""
+    stays queued; the single writer makes this check race-free).
+
+    ``context_kept``: the agent was restored with its conversation (resumed or loaded), so
+    a prompt a crash interrupted is already in it: such a prompt is not sent again but ends
+    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed."""
     ops.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
@@ -36,6 +42,9 @@ def begin_next(
     ):
         return []
     first = ops.claim_next(ctx, session_id)
+    while first is not None and context_kept and _was_interrupted(first):
+        _report_interrupted(ctx, first)
+        first = ops.claim_next(ctx, session_id)
     if first is None:
         return []
     claimed = [first]
@@ -54,6 +63,27 @@ def begin_next(
             payload["commandIds"] = [c.id for c in claimed]
         ops.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
     return claimed
+
+
+def _was_interrupted(command: CommandRecord) -> bool:
+    """A prompt claimed before (each claim counts an attempt): a crash cut its run short and
+    recovery queued it again."""
+    return command.kind is CommandKind.PROMPT and command.attempts > 1
+
+
+def _report_interrupted(ctx: WriteContext, command: CommandRecord) -> None:
+    reason = (
+        "interrupted by a restart of the control plane; the agent restored the conversation "
+        "with this prompt in it, so it was not sent again"
+    )
+    # This claim sent nothing: it does not count as an attempt.
+    ops.interrupt_command(ctx, command.id, reason, attempts=command.attempts - 1)
+    ops.append_events(
+        ctx,
+        command.session_id,
+        command.id,
+        [NewEvent("turn_interrupted", {"commandId": command.id, "reason": reason})],
+    )
 
 
 def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
@@ -132,14 +162,20 @@ def agent_started(
     acp_session_id: str,
     how: str,
     details: dict[str, Any],
+    process_tree: dict[str, Any] | None = None,
 ) -> None:
-    """A (re)started agent holds the session: ``creating -> idle`` or ``error -> idle``."""
+    """A (re)started agent holds the session: ``creating -> idle`` or ``error -> idle``.
+    Its process tree is recorded so that recovery can kill what a crash left running."""
     ops.check_epoch(ctx.conn, session_id, epoch)
     state = queries.get_session(ctx.conn, session_id).state
     ctx.conn.execute(
         update(sessions)
         .where(sessions.c.id == session_id)
-        .values(acp_session_id=acp_session_id, updated_at=time.time())
+        .values(
+            acp_session_id=acp_session_id,
+            updated_at=time.time(),
+            agent_process=None if process_tree is None else json.dumps(process_tree),
+        )
     )
     if state is SessionState.CREATING:
         ops.transition_session(ctx.conn, session_id, SessionEvent.CREATED, epoch=epoch)

@@ -171,6 +171,8 @@ class ControlPlane:
         ``announce_as_prompt`` a follow-up prompt for the parent).
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
+        # Values the host handed in are kept in memory for this process's launches only.
+        self.supervisor.settings.agent_profiles.remember(spec)
         sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]
         if len(sinks) > 1 or (sinks and parent is not None and announce):
             raise ValueError("a spawn takes one binding: a sink, or the parent announce")

@@ -191,6 +191,7 @@ class BatchRun:
                 CommandState.COMPLETED: "ok",
                 CommandState.FAILED: "failed",
                 CommandState.CANCELLED: "cancelled",
+                CommandState.INTERRUPTED: "interrupted",
             }.get(command.state, command.state.value)
             rows.append(
                 {

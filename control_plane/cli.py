@@ -12,15 +12,49 @@ and option types stay light; ``tests/test_cli.py`` pins which modules must not l
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from control_plane import cli_batch, cli_sessions
 from control_plane.cli_common import Context, errors_as_exit, out, print_json
 
+GLOBAL_OPTIONS = ("--db", "--config")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """``--db X`` and ``--config X`` are the top-level command's options; people also type
+    them after the subcommand (``acpctl serve --db X``). Moved to the front, they mean the
+    same in either place. Nothing after a ``--`` is touched."""
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS and "=" in arg:
+            hoisted.append(arg)
+        elif arg in GLOBAL_OPTIONS and i + 1 < len(args):
+            hoisted.extend(args[i : i + 2])
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return hoisted + rest
+
+
+class _Group(TyperGroup):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
+
+
 app = typer.Typer(
     name="acpctl",
+    cls=_Group,
     help="Durable sessions for coding agents over the Agent Client Protocol.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

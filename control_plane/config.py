@@ -27,6 +27,10 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     env = { ANTHROPIC_API_KEY = "..." }
     passthrough = ["ANTHROPIC_API_KEY"]   # or forward the host's variable instead
     cwd = "~/src/project"
+    fs = true                         # advertise the client's fs/* (false for Gemini CLI)
+    terminals = false                 # terminal/* for this agent (default: top-level)
+
+Agent ``env`` values are read at each launch and never stored: the store keeps their names.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from protocol.permissions import Decision
 from state_machines import ControlPlaneError
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
+    from actors.agent_profiles import AgentProfiles
     from actors.settings import RuntimeSettings
     from store import AgentSpec, StoreOptions
 
@@ -76,9 +81,14 @@ class Permissions(_Strict):
 
 class AgentConfig(_Strict):
     command: str | list[str]
-    env: dict[str, str] = Field(default_factory=dict)
+    # Values reach the agent at each launch and are never stored (the store keeps names).
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
     passthrough: list[str] = Field(default_factory=list)
     cwd: str | None = None
+    # Advertise the client's fs/* to this agent (Gemini CLI cannot create files through it).
+    fs: bool = True
+    # Offer terminal/* to this agent; unset follows the top-level ``terminals``.
+    terminals: bool | None = None
 
     @field_validator("command")
     @classmethod
@@ -120,7 +130,6 @@ class Config(_Strict):
         from actors.settings import RuntimeSettings
         from protocol.permissions import PermissionPolicy
 
-        passthrough = tuple(name for agent in self.agents.values() for name in agent.passthrough)
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,
             "record_interval_s": self.limits.record_interval_ms / 1000.0,
@@ -132,11 +141,26 @@ class Config(_Strict):
                 self.permissions.default, dict(self.permissions.by_kind)
             ),
             "terminals_enabled": self.terminals,
-            "env_passthrough": passthrough,
+            "agent_profiles": self.agent_profiles(),
             "log_dir": str(self.db_path.parent / "agent-logs"),
         }
         values.update(overrides)
         return RuntimeSettings(**values)
+
+    def agent_profiles(self) -> AgentProfiles:
+        from actors.agent_profiles import AgentProfile, AgentProfiles
+
+        return AgentProfiles(
+            {
+                name: AgentProfile(
+                    env=dict(agent.env),
+                    passthrough=tuple(agent.passthrough),
+                    fs=agent.fs,
+                    terminals=agent.terminals,
+                )
+                for name, agent in self.agents.items()
+            }
+        )
 
     def agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None]:
         """An agent by configured name, ``example`` for the bundled one, or a command line.
@@ -150,7 +174,7 @@ class Config(_Strict):
         if configured is None:
             return agent_from_command(name_or_command), None
         spec = agent_from_command(configured.command, name=name_or_command)
-        spec = AgentSpec(spec.name, spec.command, tuple(sorted(configured.env.items())))
+        spec = AgentSpec(spec.name, spec.command, env=tuple(sorted(configured.env.items())))
         cwd = None if configured.cwd is None else os.path.expanduser(configured.cwd)
         return spec, cwd
 

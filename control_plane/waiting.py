@@ -10,10 +10,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from state_machines import CommandState
+from state_machines import COMMAND_MACHINE
 from store import CommandRecord, EventRecord, Store
 
-FINAL = frozenset({CommandState.COMPLETED, CommandState.FAILED, CommandState.CANCELLED})
+FINAL = COMMAND_MACHINE.final
 FALLBACK_S = 0.5
 
 

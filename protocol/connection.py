@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -41,7 +43,8 @@ from protocol import json_codec, sdk_logging
 from protocol.client import ControlPlaneClient, FsForward
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
-from protocol.spawn import with_parent_death_signal
+from protocol.proc_tree import agent_pgid_of, process_start_time
+from protocol.spawn import under_reaper
 from protocol.stderr_log import tail_lines
 from protocol.terminals import TerminalManager
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
@@ -88,12 +91,14 @@ class NullRecorder:
 class AgentLaunch:
     command: tuple[str, ...]
     cwd: str
-    env: Mapping[str, str]
+    env: Mapping[str, str] = field(repr=False)  # may hold API keys: never printed
     stderr_path: str
     additional_directories: tuple[str, ...] = ()
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     shutdown_timeout_s: float = 2.0
     terminals_enabled: bool = False
+    # Advertise fs/* to the agent (off for agents that cannot create files through it).
+    fs: bool = True
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,8 @@ class AgentConnection:
         self._stack = AsyncExitStack()
         self._conn: ClientSideConnection | None = None
         self._process: asyncio.subprocess.Process | None = None
+        self._reaper_start: int | None = None
+        self._agent_pgid: int | None = None
         self._failure: AgentProtocolError | None = None
         self._stopping = False
         self._replaying = False
@@ -149,7 +156,25 @@ class AgentConnection:
 
     @property
     def pid(self) -> int | None:
+        """The agent's own pid (its reaper's while the agent is not known yet)."""
+        if self._agent_pgid is not None:
+            return self._agent_pgid  # the agent leads its own process group
         return None if self._process is None else self._process.pid
+
+    @property
+    def process_tree(self) -> dict[str, Any] | None:
+        """What identifies the agent's process tree across a crash of this process (stored
+        with the session so recovery can kill leftovers): the reaper's pid and start time,
+        the agent's process group, and the host and boot they belong to."""
+        if self._process is None or self._reaper_start is None:
+            return None
+        return {
+            "host": socket.gethostname(),
+            "bootId": boot_id(),
+            "reaperPid": self._process.pid,
+            "reaperStart": self._reaper_start,
+            "pgid": self._agent_pgid,
+        }
 
     @property
     def alive(self) -> bool:
@@ -185,8 +210,8 @@ class AgentConnection:
     async def _start(self) -> InitializeResponse:
         launch = self.launch
         stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
-        argv = with_parent_death_signal(launch.command)
         try:
+            argv = under_reaper(launch.command, launch.env, launch.cwd)
             reader, writer, process = await self._stack.enter_async_context(
                 spawn_stdio_transport(
                     argv[0],
@@ -201,6 +226,7 @@ class AgentConnection:
         except OSError as exc:
             raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
         self._process = process
+        self._reaper_start = process_start_time(process.pid)
         tapped = asyncio.StreamReader(limit=1024 * 1024)
         self._hook_tap(reader, tapped)
         watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
@@ -214,11 +240,11 @@ class AgentConnection:
         )
         self._stack.push_async_callback(self._conn.close)
         capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+            fs=FileSystemCapabilities(read_text_file=launch.fs, write_text_file=launch.fs),
             terminal=launch.terminals_enabled,
         )
         try:
-            return await self._guard(
+            init = await self._guard(
                 self._conn.initialize(
                     protocol_version=PROTOCOL_VERSION,
                     client_capabilities=capabilities,
@@ -227,6 +253,9 @@ class AgentConnection:
             )
         except AgentProtocolError as exc:
             raise AgentStartFailed(f"agent failed during initialize: {exc}") from exc
+        # The agent answered, so it runs: its group is found at once (no wait on the loop).
+        self._agent_pgid = agent_pgid_of(process.pid, timeout_s=0)
+        return init
 
     async def stop(self) -> None:
         """Orderly end: close the connection and stdin, wait, then terminate, then kill."""
@@ -244,8 +273,10 @@ class AgentConnection:
         """Immediate end (a hung agent after the grace period)."""
         self._stopping = True
         if self.alive and self._process is not None:
+            # SIGTERM, not SIGKILL: the reaper kills the agent's whole tree at once on it,
+            # while a SIGKILLed reaper could not (the agent's descendants would live on).
             with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
+                self._process.terminate()
         await self.client.terminals.release_all()
         await self._close_stack()
 
@@ -370,7 +401,7 @@ class AgentConnection:
             self._recorder.event("agent_protocol_error", {"error": message})
         if self._process is not None and self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                self._process.kill()
+                self._process.terminate()  # the reaper kills the tree (see kill())
 
     async def _watch(self, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
@@ -554,6 +585,16 @@ def _dump(model: Any) -> dict[str, Any]:
         return {}
     dumped = model.model_dump(by_alias=True, exclude_none=True)
     return dumped if isinstance(dumped, dict) else {}
+
+
+@functools.cache
+def boot_id() -> str | None:
+    """This boot's id: a pid and start time identify a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
 
 
 async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:

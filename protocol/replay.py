@@ -26,8 +26,31 @@ def update_of(event: EventLike) -> dict[str, Any] | None:
     return update if isinstance(update, dict) else None
 
 
+INTERRUPTED_MARKER = (
+    "\n\n[acpctl: this turn was interrupted by a restart of the control plane; "
+    "its prompt was not sent to the agent again]"
+)
+
+
+def interrupted_marker(event: EventLike) -> dict[str, Any] | None:
+    """The update that ends a turn a crash cut short and that will not run again."""
+    if event.kind == "interrupted" and event.payload.get("willRetry", True):
+        return None  # it runs again: the retry's own updates follow
+    if event.kind not in ("interrupted", "turn_interrupted"):
+        return None
+    return {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": INTERRUPTED_MARKER},
+        "_meta": {"acpctl": {"interrupted": True, "commandId": event.payload.get("commandId")}},
+    }
+
+
 def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]]:
     for event in events:
+        marker = interrupted_marker(event)
+        if marker is not None:
+            yield marker
+            continue
         if event.kind == "prompt":
             for block in event.payload.get("content", []):
                 yield {"sessionUpdate": "user_message_chunk", "content": block}

@@ -1,18 +1,21 @@
-"""How an agent process is launched: an explicit environment and a parent-death signal.
+"""How an agent process is launched: an explicit environment, under our reaper.
 
-Agents must not outlive the control plane: after a kill -9 of the control plane, a restart
-must never find two copies of one agent editing the same files. On Linux the child asks the
-kernel for SIGKILL when its parent thread dies (``PR_SET_PDEATHSIG``). ``preexec_fn`` is unsafe
-in a threaded program, so the command is wrapped in util-linux ``setpriv --pdeathsig KILL``,
-or, where that is missing, a tiny Python exec wrapper that sets the signal and execs.
+Agents must not outlive the control plane, and neither may anything they started: after a
+kill -9 of the control plane, a restart must never find two copies of one agent (or of a
+shell command it ran) editing the same files. A parent-death signal on the direct child is
+not enough, because real agents are adapters whose work runs in descendants. So every agent
+runs under ``protocol.reaper`` (a subreaper with a parent-death signal; the agent in its own
+process group), which kills the whole tree when the control plane dies, when the agent exits
+or when it is told to stop. Other platforms than Linux launch the agent directly.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterable, Mapping
+
+from protocol.reaper import reaper_argv
 
 # Variables an agent needs to run at all; everything else must be configured explicitly,
 # so API keys and tokens of the host never leak into an agent by accident.
@@ -50,10 +53,16 @@ def agent_environment(
     return env
 
 
-def with_parent_death_signal(argv: tuple[str, ...]) -> tuple[str, ...]:
-    if not sys.platform.startswith("linux"):
-        return argv
-    setpriv = shutil.which("setpriv")
-    if setpriv is not None:
-        return (setpriv, "--pdeathsig", "KILL", "--", *argv)
-    return (sys.executable, "-m", "protocol.pdeathsig_exec", *argv)
+def under_reaper(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> tuple[str, ...]:
+    """The command line that runs ``argv`` under the reaper of this process. Spawn it from a
+    thread that lives as long as the agent (the protocol loop): the reaper's parent-death
+    signal follows the spawning thread. ``FileNotFoundError`` when the program is not found
+    on the agent's PATH (the reaper would only report it as exit code 127)."""
+    program = argv[0]
+    if os.sep in program:
+        found = program if os.path.isabs(program) else os.path.join(cwd, program)
+        if not os.access(found, os.X_OK):
+            raise FileNotFoundError(f"{program!r} is not an executable file")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise FileNotFoundError(f"{program!r} is not on the agent's PATH")
+    return reaper_argv(argv, parent_pid=os.getpid())

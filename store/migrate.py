@@ -20,7 +20,7 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every revision this release can migrate from, oldest first; the last one is the head.
 # tests/test_migrations.py checks them against Alembic's view of the migrations directory,
 # so a new migration cannot be added without listing it here.
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004")
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 
 
@@ -77,3 +77,11 @@ def upgrade_to_head(write_engine: Engine, read_engine: Engine) -> None:
     with write_engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+    if write_engine.dialect.name == "sqlite":
+        # A migration may have rewritten rows that held secrets (0005): the old page images
+        # must not stay behind in the WAL.
+        raw = write_engine.raw_connection()  # outside any transaction (no BEGIN IMMEDIATE)
+        try:
+            raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[union-attr]
+        finally:
+            raw.close()

@@ -156,7 +156,9 @@ def spawn(
             )
         ).first()
         if existing is not None:
-            if existing.request_hash != digest:
+            if existing.request_hash != digest and existing.request_hash != _legacy_spawn_hash(
+                agent, request
+            ):
                 raise IdempotencyConflict(idempotency_key, "spawn", existing.id)
             return _existing_spawn(conn, existing.id)
 
@@ -199,6 +201,14 @@ def spawn(
         )
     fault_point("spawn.after_command")
     return SpawnResult(queries.get_session(conn, session_id), binding_record, command, True)
+
+
+def _legacy_spawn_hash(agent: AgentSpec, request: dict[str, Any]) -> str | None:
+    """The digest a release that stored env values hashed for the same spawn (values in the
+    agent spec): a batch rerun after an upgrade keeps matching its spawn keys."""
+    if not agent.env:
+        return None
+    return request_hash("spawn", {**request, "agent": agent.legacy_json()})
 
 
 def _check_child_limits(conn: Connection, parent_id: str, limits: SubagentLimits) -> int:
@@ -413,6 +423,15 @@ def fail(
     return _transition_command(ctx, command_id, CommandEvent.FAIL, **values)
 
 
+def interrupt_command(
+    ctx: WriteContext, command_id: str, error: str, **values: Any
+) -> CommandRecord:
+    """A run a crash cut short that will not be sent again: final ``interrupted``."""
+    return _transition_command(
+        ctx, command_id, CommandEvent.INTERRUPT, error=error, finished_at=time.time(), **values
+    )
+
+
 def cancel_command(
     ctx: WriteContext, command_id: str, reason: str, result: dict[str, Any] | None = None
 ) -> CommandRecord:
@@ -619,6 +638,10 @@ def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
         return session.epoch
     if session.owner is not None and owner_alive(session.owner):
         raise OwnedElsewhere(session_id, session.owner)
+    # Taken over before a sweep recovered it: what the dead owner left mid-turn is
+    # recovered here, in the same transaction, so no turn starts on a session still
+    # marked running (and no command stays running with nobody running it).
+    recover_sessions(ctx, {session_id})
     epoch = session.epoch + 1
     ctx.conn.execute(
         update(sessions)
@@ -632,7 +655,7 @@ def release(ctx: WriteContext, session_id: str, me: str) -> None:
     ctx.conn.execute(
         update(sessions)
         .where(sessions.c.id == session_id, sessions.c.owner == me)
-        .values(owner=None)
+        .values(owner=None, agent_process=None)  # its owner stopped the agent first
     )
 
 
@@ -675,8 +698,12 @@ def recover(ctx: WriteContext, me: str | None = None, include_mine: bool = True)
     ``queued`` while the attempt budget lasts, else ``failed``; an ``interrupted`` event
     records each. Those sessions, if mid-turn, go to ``error``: their agent died with the old
     process, and the next command restarts it. Sessions a live process owns are left alone."""
+    return recover_sessions(ctx, orphaned_sessions(ctx.conn, me or this_owner(), include_mine))
+
+
+def recover_sessions(ctx: WriteContext, orphaned: set[str]) -> RecoveryReport:
+    """``recover`` for the given sessions, known to have no live owner."""
     conn = ctx.conn
-    orphaned = orphaned_sessions(conn, me or this_owner(), include_mine)
     running = conn.execute(
         select(commands)
         .where(commands.c.state == CommandState.RUNNING.value, commands.c.session_id.in_(orphaned))
@@ -684,11 +711,21 @@ def recover(ctx: WriteContext, me: str | None = None, include_mine: bool = True)
     ).all()
     requeued: list[str] = []
     failed: list[str] = []
+    reporting = _reporting_sessions(conn, {row.session_id for row in running})
     for row in running:
         cmd = command_from_row(row)
         retry = cmd.attempts < cmd.max_attempts
         reason = "the control plane stopped while the command was running"
-        if retry:
+        if cmd.kind is CommandKind.PROMPT and cmd.session_id in reporting:
+            retry = False
+            interrupt_command(
+                ctx,
+                cmd.id,
+                "interrupted by a restart of the control plane; not sent again "
+                "(this session reports interrupted turns)",
+            )
+            failed.append(cmd.id)
+        elif retry:
             _transition_command(ctx, cmd.id, CommandEvent.REQUEUE)
             requeued.append(cmd.id)
         else:
@@ -734,6 +771,24 @@ def recover(ctx: WriteContext, me: str | None = None, include_mine: bool = True)
     if orphaned:
         conn.execute(update(sessions).where(sessions.c.id.in_(orphaned)).values(owner=None))
     return RecoveryReport(tuple(requeued), tuple(failed), tuple(to_error))
+
+
+def _reporting_sessions(conn: Connection, session_ids: set[str]) -> set[str]:
+    """Sessions whose interrupted prompts are reported, never sent again
+    (``interruptedTurns = "report"`` in their metadata: serve's sessions by default)."""
+    if not session_ids:
+        return set()
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.metadata).where(sessions.c.id.in_(session_ids))
+    ).all()
+    return {r.id for r in rows if interrupted_turns_policy(json.loads(r.metadata)) == "report"}
+
+
+def interrupted_turns_policy(metadata: dict[str, Any]) -> str:
+    """``retry`` (the default: send an interrupted prompt again unless the restarted agent
+    kept its conversation) or ``report`` (never send it again; the command ends
+    ``interrupted``)."""
+    return "report" if metadata.get("interruptedTurns") == "report" else "retry"
 
 
 def count_queued(conn: Connection) -> int:

@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Any
 
-from state_machines import CommandState, SessionState
+from state_machines import COMMAND_MACHINE, CommandState, SessionState
 
 
 class CommandKind(StrEnum):
@@ -34,21 +34,45 @@ def utc(ts: float) -> datetime:
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """How to start an agent: a name for humans and transcripts, a command line, extra env."""
+    """How to start an agent: a name for humans and transcripts, a command line, and the
+    names of the environment variables it is configured with.
+
+    ``env`` may carry those variables' values (API keys, endpoints) for this process only:
+    they are never stored, hashed into a stored digest, printed or exported. ``to_json`` (what
+    the store keeps) holds their names; a launch resolves the values from the configuration
+    current at that moment (``actors.settings.AgentProfiles``), so a rotated key reaches an
+    existing session. ``repr`` hides the values too.
+    """
 
     name: str
     command: tuple[str, ...]
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    env_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = tuple(sorted({*self.env_names, *(k for k, _ in self.env)}))
+        if names != self.env_names:
+            object.__setattr__(self, "env_names", names)
 
     def to_json(self) -> dict[str, Any]:
+        """What the store keeps: never a value."""
+        return {"name": self.name, "command": list(self.command), "envNames": list(self.env_names)}
+
+    def legacy_json(self) -> dict[str, Any]:
+        """The form releases before 0.2 stored (values in clear): only to recognise the
+        request hash of a spawn such a release recorded (``store.operations.spawn``)."""
         return {"name": self.name, "command": list(self.command), "env": dict(self.env)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AgentSpec:
+        """A stored spec. A legacy ``env`` object (an unmigrated row) yields only its names."""
+        names = data.get("envNames")
+        if names is None:
+            names = list(dict(data.get("env") or {}))
         return cls(
             name=str(data["name"]),
             command=tuple(str(c) for c in data.get("command", ())),
-            env=tuple(sorted((str(k), str(v)) for k, v in dict(data.get("env", {})).items())),
+            env_names=tuple(sorted(str(n) for n in names)),
         )
 
 
@@ -102,6 +126,8 @@ class SessionRecord:
     closed_at: datetime | None
     last_error: str | None
     metadata: dict[str, Any]
+    # The live (or last) agent's process tree: host, bootId, reaperPid, reaperStart, pgid.
+    agent_process: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -135,7 +161,7 @@ class CommandRecord:
 
     @property
     def is_final(self) -> bool:
-        return self.state in (CommandState.COMPLETED, CommandState.FAILED, CommandState.CANCELLED)
+        return self.state in COMMAND_MACHINE.final
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ def session_from_row(row: Row[Any]) -> SessionRecord:
         closed_at=_opt_utc(m["closed_at"]),
         last_error=m["last_error"],
         metadata=json.loads(m["metadata"]),
+        agent_process=json.loads(m["agent_process"]) if m["agent_process"] else None,
     )
 
 

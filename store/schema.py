@@ -47,6 +47,9 @@ sessions = Table(
     Column("closed_at", Float, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("metadata", Text, nullable=False, default="{}"),
+    # The live agent's process tree as JSON (host, boot id, reaper pid + start time, process
+    # group), so recovery can kill what a dead owner left running (migration 0006).
+    Column("agent_process", Text, nullable=True),
 )
 Index("ix_sessions_state", sessions.c.state)
 Index("ix_sessions_parent", sessions.c.parent_id)
@@ -119,5 +122,15 @@ delivery_checkpoints = Table(
     metadata,
     Column("binding_id", String, ForeignKey("bindings.id"), primary_key=True),
     Column("last_event_seq", Integer, nullable=False, default=0),
+    Column("updated_at", Float, nullable=False),
+)
+
+# What each agent command answered to ``initialize`` (capabilities, auth methods, info), so
+# ``acpctl serve`` answers its client's ``initialize`` without starting an agent (0006).
+agent_capabilities = Table(
+    "agent_capabilities",
+    metadata,
+    Column("command_hash", String, primary_key=True),
+    Column("initialize", Text, nullable=False),
     Column("updated_at", Float, nullable=False),
 )

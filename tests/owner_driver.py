@@ -41,8 +41,9 @@ def _poll(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
 def main(argv: list[str]) -> int:
     work = Path(argv[0]).resolve()
     prompt = argv[1] if len(argv) > 1 else DEFAULT_PROMPT
+    flags = argv[2:]  # the example agent's, e.g. --no-resume
     with open_cp(work) as cp:
-        spawned = cp.spawn(example_agent(work), work, prompt, idempotency_key="owned-by-a")
+        spawned = cp.spawn(example_agent(work, *flags), work, prompt, idempotency_key="owned-by-a")
         assert spawned.command is not None
         sid, command_id = spawned.session.id, spawned.command.id
         print(f"owner {this_owner()}", flush=True)

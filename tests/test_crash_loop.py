@@ -53,6 +53,8 @@ class Figures:
     commands: int = 0
     completed: int = 0
     failed_budget: int = 0
+    # Cut short by a kill, then not sent again: the restarted agent resumed with it.
+    interrupted_not_resent: int = 0
     max_attempts_seen: int = 0
     retried_commands: int = 0
     invocations: int = 0
@@ -69,7 +71,8 @@ class Figures:
             f"crash-loop figures: seed={self.seed} kills={self.kills} ({modes}) "
             f"driver lives={self.lives} (work topped up {self.top_ups} times) "
             f"commands={self.commands} completed={self.completed} "
-            f"failed(budget)={self.failed_budget} max attempts seen={self.max_attempts_seen} "
+            f"failed(budget)={self.failed_budget} "
+            f"interrupted(not resent)={self.interrupted_not_resent} max attempts seen={self.max_attempts_seen} "
             f"commands run more than once={self.retried_commands} "
             f"agent invocations={self.invocations} recovery: requeued={self.requeued} "
             f"failed={self.recovered_failed} sessions to error={self.sessions_to_error} "
@@ -278,13 +281,18 @@ def check_invariants(work: Path, n_sessions: int, figures: Figures) -> None:
         seqs = [e["seq"] for e in by_session[s["id"]]]
         assert seqs == list(range(1, s["last_event_seq"] + 1)), s["spawn_key"]
 
-    # Commands: final, and failed only for a used-up attempt budget.
+    # Commands: final; failed only for a used-up attempt budget; interrupted only when a
+    # kill cut the turn short and the resumed agent already had the prompt.
     for c in commands:
         figures.max_attempts_seen = max(figures.max_attempts_seen, c["attempts"])
         figures.retried_commands += c["attempts"] > 1
         if c["state"] == "completed":
             figures.completed += 1
             assert c["attempts"] >= 1, dict(c)
+        elif c["state"] == "interrupted":
+            assert "not sent again" in (c["error"] or ""), dict(c)
+            assert c["attempts"] >= 1, dict(c)
+            figures.interrupted_not_resent += 1
         else:
             assert c["state"] == "failed", dict(c)
             match = BUDGET_ERROR.match(c["error"] or "")
@@ -305,6 +313,10 @@ def check_invariants(work: Path, n_sessions: int, figures: Figures) -> None:
         if c["state"] == "completed":
             assert kinds["turn_ended"] == 1, (dict(c), kinds)
             assert kinds["interrupted"] == c["attempts"] - 1, (dict(c), kinds)
+        elif c["state"] == "interrupted":
+            assert kinds["turn_ended"] == 0, (dict(c), kinds)
+            assert kinds["interrupted"] == c["attempts"], (dict(c), kinds)
+            assert kinds["turn_interrupted"] == 1, (dict(c), kinds)
         else:
             assert kinds["turn_ended"] == 0, (dict(c), kinds)
             assert kinds["interrupted"] == c["attempts"], (dict(c), kinds)
@@ -376,7 +388,10 @@ def test_crash_loop(tmp_path: Path) -> None:
     check_invariants(tmp_path, n_sessions, figures)
     print(figures.show())
     assert figures.kills == kills
-    assert figures.completed + figures.failed_budget == figures.commands
+    assert (
+        figures.completed + figures.failed_budget + figures.interrupted_not_resent
+        == figures.commands
+    )
 
 
 @pytest.mark.slow

@@ -64,11 +64,11 @@ def _wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None
 class _OwnerProcess:
     """Process A, with the ``key value`` lines it printed."""
 
-    def __init__(self, work: Path, prompt: str) -> None:
+    def __init__(self, work: Path, prompt: str, *flags: str) -> None:
         self.log = work / "owner-a.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.owner_driver", str(work), prompt],
+                [sys.executable, "-m", "tests.owner_driver", str(work), prompt, *flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -104,8 +104,8 @@ class _OwnedSession:
     agent_pid: int
 
 
-def _start_a(work: Path, prompt: str) -> _OwnedSession:
-    a = _OwnerProcess(work, prompt)
+def _start_a(work: Path, prompt: str, *flags: str) -> _OwnedSession:
+    a = _OwnerProcess(work, prompt, *flags)
     try:
         owned = _OwnedSession(
             a,
@@ -199,7 +199,9 @@ def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> No
 def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) -> None:
     # A long turn: A's prompt is still running when A is killed, whatever the load.
     prompt = "#chunks=60 #delay=100 a"
-    owned = _start_a(tmp_path, prompt)
+    # An agent that cannot restore its conversation: B's agent starts afresh (context lost),
+    # so the interrupted prompt is sent again (the "retry" policy).
+    owned = _start_a(tmp_path, prompt, "--no-resume", "--no-load")
     sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
     try:
         with open_cp(tmp_path) as b:
@@ -244,5 +246,40 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             seen = [(i["message"], i["pid"]) for i in invocations(tmp_path)]
             assert seen == [(prompt, a_agent), (prompt, b_agent), (FOLLOW_UP, b_agent)]
         _wait_for(lambda: not pid_alive(b_agent), 10, "B's agent stopped by B's close")
+    finally:
+        owned.a.kill()
+
+
+def test_a_prompt_cut_short_is_not_sent_again_to_an_agent_that_resumed_with_it(
+    tmp_path: Path,
+) -> None:
+    """The "retry" policy re-sends an interrupted prompt only to an agent that lost the
+    conversation; one that resumed it has the prompt already: the command ends
+    ``interrupted``, the follow-up runs, and the agent never saw the prompt twice."""
+    prompt = "#chunks=60 #delay=100 a"
+    owned = _start_a(tmp_path, prompt)  # the example agent resumes sessions
+    sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
+    try:
+        with open_cp(tmp_path) as b:
+            follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
+            owned.a.kill()
+            _wait_for(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")
+            first = b.wait(first_id, 60)
+            assert first.state is CommandState.INTERRUPTED
+            assert "not sent again" in (first.error or "")
+            assert b.wait(follow_up.id, 60).state is CommandState.COMPLETED
+            assert b.command(first_id).attempts == 1  # sent once, by A
+            events = b.events(sid)
+            assert [e.payload["how"] for e in events if e.kind == "agent_started"] == [
+                "new",
+                "resumed",
+            ]
+            assert [e.command_id for e in events if e.kind == "turn_interrupted"] == [first_id]
+            assert [e.command_id for e in events if e.kind == "prompt"] == [
+                first_id,
+                follow_up.id,
+            ]
+            seen = [i["message"] for i in invocations(tmp_path)]
+            assert seen == [prompt, FOLLOW_UP]
     finally:
         owned.a.kill()
