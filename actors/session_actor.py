@@ -60,6 +60,9 @@ from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
 
+# The parts of a session/new, load or resume answer that describe what the agent offers.
+SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
+
 
 @dataclass(frozen=True)
 class ActorDeps:
@@ -184,6 +187,8 @@ class SessionActor(pykka.ThreadingActor):
         )
         if not claimed:
             self.deps.slots.release(self.session_id)
+            if self.facts.metadata.get("mode") == "run" and self._run_is_over():
+                self._close("the run ended interrupted")  # its prompt was not sent again
             return
         if claimed[0].kind is CommandKind.PROMPT:
             self._start_turn(claimed)
@@ -212,6 +217,9 @@ class SessionActor(pykka.ThreadingActor):
         )
         loop = self.deps.loop
         mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)
+        mcp_servers += settings.client_mcp.for_launch(
+            session.id, session.metadata.get("mcpServers", [])
+        )
         try:
             with self.deps.starts:  # the start timeout counts from here, not from the queue
                 init = loop.call(conn.start(), settings.agent_start_timeout_s)
@@ -227,8 +235,9 @@ class SessionActor(pykka.ThreadingActor):
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
             self._discard(conn)
             error = str(exc) or type(exc).__name__
+            agent_error = getattr(exc, "agent_error", None)
             self.store.write(
-                lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error)
+                lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error, agent_error)
             )
             return False
         self.conn = conn
@@ -243,10 +252,23 @@ class SessionActor(pykka.ThreadingActor):
         }
         if leftovers:
             details["leftoversKilled"] = leftovers
+        # What the agent offers this session (modes, models, config options), for clients
+        # such as serve's session/new and session/load.
+        setup = {k: v for k, v in opened.response.items() if k in SESSION_SETUP_KEYS}
+        if setup:
+            details["sessionSetup"] = setup
         tree = conn.process_tree
+        capabilities = (session.agent.command, init.model_dump(by_alias=True, exclude_none=True))
         self.store.write(
             lambda ctx: turns.agent_started(
-                ctx, self.session_id, self.epoch, opened.acp_session_id, opened.how, details, tree
+                ctx,
+                self.session_id,
+                self.epoch,
+                opened.acp_session_id,
+                opened.how,
+                details,
+                tree,
+                capabilities,
             )
         )
         return True
@@ -295,12 +317,29 @@ class SessionActor(pykka.ThreadingActor):
             return
         if message.error is not None or message.result is None:
             error = str(message.error) or type(message.error).__name__
-            self._after_frames(
-                lambda ctx: turns.fail_turn(
-                    ctx, self.session_id, self.epoch, message.command_ids, error
+            agent_error = getattr(message.error, "agent_error", None)
+            if agent_error is not None:
+                # The agent answered the prompt with an error: it is alive and well, the turn
+                # failed; the session stays usable and the client gets the agent's error.
+                outcome = {"agentError": agent_error, "text": self.recorder.take_text()}
+                self._after_frames(
+                    lambda ctx: turns.finish_turn(
+                        ctx,
+                        self.session_id,
+                        self.epoch,
+                        message.command_ids,
+                        outcome,
+                        CommandState.FAILED,
+                        error,
+                    )
                 )
-            )
-            self._stop_agent(kill=True)
+            else:
+                self._after_frames(
+                    lambda ctx: turns.fail_turn(
+                        ctx, self.session_id, self.epoch, message.command_ids, error
+                    )
+                )
+                self._stop_agent(kill=True)
         else:
             self._record_outcome(message.command_ids, message.result)
         if self.facts.parent_id is not None:
@@ -391,6 +430,11 @@ class SessionActor(pykka.ThreadingActor):
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _run_is_over(self) -> bool:
+        """A ``mode=run`` child whose one prompt has ended (interrupted, not sent again)."""
+        commands = self.store.commands_of(self.session_id)
+        return bool(commands) and all(c.is_final for c in commands)
 
     def _children_cap_full(self) -> bool:
         """Checked before starting an agent, so a child held back by max_running_children

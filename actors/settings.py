@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.agent_profiles import AgentProfiles
+from actors.client_mcp import ClientMcpServers
 from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
 from store import SubagentLimits
@@ -49,6 +50,8 @@ class RuntimeSettings:
     # MCP servers handed to each session's agent in session/new (the subagent tools), by
     # session id; None gives agents none.
     mcp_servers: Callable[[str], list[dict[str, Any]]] | None = None
+    # MCP servers clients asked for, per session (values of their secrets in memory only).
+    client_mcp: ClientMcpServers = field(default_factory=ClientMcpServers)
     terminals_enabled: bool = False
     # Host variables forwarded to every agent by name (per-agent ones are in its profile).
     env_passthrough: tuple[str, ...] = ()

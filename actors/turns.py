@@ -163,10 +163,14 @@ def agent_started(
     how: str,
     details: dict[str, Any],
     process_tree: dict[str, Any] | None = None,
+    capabilities: tuple[tuple[str, ...], dict[str, Any]] | None = None,
 ) -> None:
     """A (re)started agent holds the session: ``creating -> idle`` or ``error -> idle``.
-    Its process tree is recorded so that recovery can kill what a crash left running."""
+    Its process tree is recorded so that recovery can kill what a crash left running, and
+    (``capabilities``: command, ``initialize`` answer) what the agent command offers."""
     ops.check_epoch(ctx.conn, session_id, epoch)
+    if capabilities is not None:
+        ops.record_agent_capabilities(ctx, *capabilities)
     state = queries.get_session(ctx.conn, session_id).state
     ctx.conn.execute(
         update(sessions)
@@ -186,18 +190,29 @@ def agent_started(
     ops.append_events(ctx, session_id, None, [NewEvent("agent_started", {"how": how, **details})])
 
 
-def start_failed(ctx: WriteContext, session_id: str, epoch: int, error: str) -> str | None:
+def start_failed(
+    ctx: WriteContext,
+    session_id: str,
+    epoch: int,
+    error: str,
+    agent_error: dict[str, Any] | None = None,
+) -> str | None:
     """The agent could not be started: session to ``error``, and the command that needed
-    the agent fails with the reason (it is not retried forever). Returns its id."""
+    the agent fails with the reason (it is not retried forever). Returns its id.
+    ``agent_error``: the agent's own JSON-RPC error (e.g. -32000 authentication required)."""
     ops.check_epoch(ctx.conn, session_id, epoch)
     state = queries.get_session(ctx.conn, session_id).state
     event = SessionEvent.AGENT_DIED if state is SessionState.IDLE else SessionEvent.START_FAILED
     ops.transition_session(ctx.conn, session_id, event, epoch=epoch, last_error=error)
-    ops.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", {"error": error})])
+    payload: dict[str, Any] = {"error": error}
+    if agent_error is not None:
+        payload["agentError"] = agent_error
+    ops.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", payload)])
     command = ops.claim_next(ctx, session_id)
     if command is None:
         return None
-    ops.fail(ctx, command.id, f"agent could not start: {error}")
+    result = None if agent_error is None else {"agentError": agent_error}
+    ops.fail(ctx, command.id, f"agent could not start: {error}", result=result)
     return command.id
 
 

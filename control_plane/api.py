@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.delivery import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
@@ -158,6 +159,7 @@ class ControlPlane:
         mode: str = "session",
         announce: bool = True,
         announce_as_prompt: bool = True,
+        mcp_servers: Sequence[dict[str, Any]] | None = None,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
 
@@ -169,6 +171,10 @@ class ControlPlane:
         ``mode="session"`` keeps it for follow-ups, and with ``announce`` every finished run
         is announced to the parent exactly once (an ``announce`` event, and with
         ``announce_as_prompt`` a follow-up prompt for the parent).
+
+        ``mcp_servers`` (ACP ``McpServer`` objects as dicts) are offered to the agent at each
+        launch besides the control plane's own; their env and header values are kept in
+        this process's memory, never stored (``actors/client_mcp.py``).
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
         # Values the host handed in are kept in memory for this process's launches only.
@@ -188,6 +194,8 @@ class ControlPlane:
         meta = dict(metadata or {})
         if parent is not None:
             meta.update({"mode": mode, "announcePrompt": announce_as_prompt})
+        if mcp_servers:
+            meta["mcpServers"] = redacted_mcp_servers(mcp_servers)
         result = self.store.spawn(
             spec,
             os.path.abspath(os.fspath(cwd if cwd is not None else os.getcwd())),
@@ -199,6 +207,8 @@ class ControlPlane:
             queue_mode=QueueMode(queue_mode).value,
             limits=self.supervisor.settings.subagent_limits,
         )
+        if mcp_servers:  # before the session's actor can launch its agent
+            self.supervisor.settings.client_mcp.remember(result.session.id, mcp_servers)
         self.supervisor.notify(result.session.id)
         return result
 

@@ -63,6 +63,31 @@ def build_server(socket_path: str, session_id: str, secret: str) -> Any:
     return server
 
 
+def exit_with_bridge(socket_path: str) -> None:
+    """Hold a connection to the bridge and end this process when it closes: the control
+    plane that serves the tools is gone (killed, or stopped), so no tool call can succeed,
+    and this process must not outlive it even if its agent leaves it behind."""
+    import socket
+    import threading
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(socket_path)
+    except OSError as exc:
+        print(f"the control plane's bridge {socket_path} is not there: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+    def watch() -> None:
+        try:
+            while sock.recv(4096):
+                pass
+        except OSError:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, name="bridge-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", required=True)
@@ -72,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     if not secret:
         print(f"{SECRET_ENV} is not set; refusing to start", file=sys.stderr)
         sys.exit(2)
+    exit_with_bridge(args.socket)
     build_server(args.socket, args.session, secret).run("stdio")
 
 

@@ -17,6 +17,13 @@ class Outcome:
     text: str
     usage: dict[str, Any] | None
     error: str | None
+    # The agent's own JSON-RPC error ({"code", "message", "data"}) when it answered with one.
+    agent_error: dict[str, Any] | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """A crash cut the turn short and it was not sent again (``docs/operations.md``)."""
+        return self.state is CommandState.INTERRUPTED
 
     @property
     def ok(self) -> bool:
@@ -32,4 +39,5 @@ class Outcome:
             text=str(result.get("text") or ""),
             usage=result.get("usage"),
             error=command.error,
+            agent_error=result.get("agentError"),
         )

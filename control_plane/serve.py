@@ -21,19 +21,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from acp import PROTOCOL_VERSION, stdio_streams
+from acp import PROTOCOL_VERSION, RequestError, stdio_streams
 from acp.agent.connection import AgentSideConnection
 from acp.schema import (
     AgentCapabilities,
     Implementation,
     InitializeResponse,
     ListSessionsResponse,
-    LoadSessionResponse,
-    NewSessionResponse,
     PermissionOption,
     PromptCapabilities,
     PromptResponse,
-    ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
     SessionInfo,
@@ -48,13 +45,14 @@ from actors.launch import launch_agent
 from control_plane.api import ControlPlane
 from control_plane.config import Config
 from control_plane.outcome import Outcome
+from control_plane.serve_watch import SessionWatches, SetupEvent
 from control_plane.waiting import FINAL
 from protocol import json_codec
 from protocol.connection import AgentConnection, NullRecorder
 from protocol.front_tap import guard_input
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
-from protocol.replay import conversation_updates, update_of
-from protocol.rpc_errors import to_request_error, turn_failed
+from protocol.replay import conversation_updates, current_setup, update_of
+from protocol.rpc_errors import agent_refused, to_request_error, turn_failed
 from state_machines import CommandState, ControlPlaneError, SessionNotFound
 from store import (
     AgentSpec,
@@ -64,6 +62,8 @@ from store import (
     SessionCommit,
     queries,
 )
+from store import operations as ops
+from store.hashing import command_hash
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,8 @@ class ServeAgent:
         self.queue_mode = queue_mode
         self.client: AgentSideConnection | None = None
         self.client_fs = False
-        self.backend_prompt_caps: PromptCapabilities | None = None
+        self.backend_init: dict[str, Any] | None = None
+        self.watches = SessionWatches(cp, asyncio.get_running_loop(), self._send_queued)
 
     def on_connect(self, conn: AgentSideConnection) -> None:
         self.client = conn
@@ -107,24 +108,34 @@ class ServeAgent:
     ) -> InitializeResponse:
         fs = getattr(client_capabilities, "fs", None)
         self.client_fs = bool(fs and fs.read_text_file and fs.write_text_file)
-        if self.backend_prompt_caps is None:
-            self.backend_prompt_caps = await asyncio.to_thread(self._probe_backend)
+        if self.backend_init is None:
+            self.backend_init = await asyncio.to_thread(self._backend_initialize)
+        caps = self.backend_init.get("agentCapabilities") or {}
+        prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=self.backend_prompt_caps,
+                prompt_capabilities=prompt_caps,
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(),
                     close=SessionCloseCapabilities(),
                     resume=SessionResumeCapabilities(),
                 ),
             ),
+            # The backend's: a client that gets -32000 from session/new knows how to log in.
+            auth_methods=self.backend_init.get("authMethods") or [],
             agent_info=SERVE_INFO,
         )
 
-    def _probe_backend(self) -> PromptCapabilities:
-        """Start the backend agent once to learn what prompts it takes (advertised as ours)."""
+    def _backend_initialize(self) -> dict[str, Any]:
+        """What the backend agent answers to ``initialize``: from the store, where every
+        start of that agent command records it; only the very first time, from a start of
+        the agent for the purpose (then recorded too)."""
+        command_key = command_hash(self.agent.command)
+        cached = self.cp.store.read(lambda c: queries.agent_capabilities(c, command_key))
+        if cached is not None:
+            return cached
         settings = self.cp.supervisor.settings
         launch = replace(
             launch_agent(self.agent, os.getcwd(), "capability-probe", settings),
@@ -134,38 +145,83 @@ class ServeAgent:
         conn = AgentConnection(launch, NullRecorder(), broker)
         try:
             init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
-            caps = init.agent_capabilities
-            if caps is not None and caps.prompt_capabilities is not None:
-                return caps.prompt_capabilities
-            return PromptCapabilities()
         except ControlPlaneError as exc:
             log.warning("backend agent did not start for the capability probe: %s", exc)
-            return PromptCapabilities()
+            return {}
         finally:
             self.cp.loop.call(conn.stop(), 30)
+        answer = init.model_dump(by_alias=True, exclude_none=True)
+        self.cp.store.write(
+            lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
+        )
+        return answer
 
     # -- sessions ------------------------------------------------------------------------
 
     async def new_session(
         self, cwd: str, mcp_servers: Any = None, additional_directories: Any = None, **meta: Any
-    ) -> NewSessionResponse:
+    ) -> dict[str, Any]:
+        """A durable spawn; answered once the backend agent started, with what it offers
+        (modes, models, config options), exactly as the agent said it. The client's MCP
+        servers go to the agent at this and every later launch."""
+        if not os.path.isdir(cwd):
+            raise RequestError.invalid_params({"cwd": cwd, "reason": "no such directory"})
         key = _idempotency_key(meta)
-        metadata = {"additionalDirectories": list(additional_directories or []), "via": "serve"}
-        spawned = await asyncio.to_thread(
-            self.cp.spawn,
-            self.agent,
-            cwd,
-            None,
-            idempotency_key=key,
-            metadata=metadata,
-            queue_mode=self.queue_mode,
-        )
-        return NewSessionResponse(session_id=spawned.session.id)
+        metadata = {
+            "additionalDirectories": list(additional_directories or []),
+            "via": "serve",
+            # An editor's prompt cut short by a crash is shown as interrupted, never re-run
+            # behind the user's back (docs/protocol.md).
+            "interruptedTurns": "report",
+        }
+        try:
+            spawned = await asyncio.to_thread(
+                self.cp.spawn,
+                self.agent,
+                cwd,
+                None,
+                idempotency_key=key,
+                metadata=metadata,
+                queue_mode=self.queue_mode,
+                mcp_servers=_plain_list(mcp_servers),
+            )
+        except ControlPlaneError as exc:
+            raise to_request_error(exc) from None
+        session_id = spawned.session.id
+        # Updates the agent sends right after starting (its slash commands) wait for this
+        # answer: the client must know the session before it gets its updates.
+        self.watches.attach(session_id, hold=True)
+        try:
+            setup = await self._agent_setup(session_id, fresh=spawned.created)
+        finally:
+            # Runs after the SDK queued this request's answer (it does so before it yields).
+            asyncio.get_running_loop().call_soon(self.watches.release, session_id)
+        return {"sessionId": session_id, **setup}
+
+    async def _agent_setup(self, session_id: str, fresh: bool) -> dict[str, Any]:
+        """What the session's agent offers, from its latest start (waiting for the first
+        one of a new session); the agent's own error when it refused to start."""
+        timeout = self.cp.supervisor.settings.agent_start_timeout_s + 10
+        event: SetupEvent | None = None
+        if not fresh:
+            event = await asyncio.to_thread(self.watches.latest_setup, session_id)
+        if event is None:
+            try:
+                event = await self.watches.setup(session_id, timeout)
+            except TimeoutError:
+                raise RequestError.internal_error(
+                    {"details": f"the agent did not start within {timeout:.0f}s"}
+                ) from None
+        if event.kind == "agent_start_failed":
+            raise agent_refused(event.payload)
+        setup = event.payload.get("sessionSetup")
+        return dict(setup) if isinstance(setup, dict) else {}
 
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any
-    ) -> LoadSessionResponse:
+    ) -> dict[str, Any]:
         events = await self._events(session_id)
+        self._remember_mcp(session_id, mcp_servers)
         batch: list[dict[str, Any]] = []
         for update in conversation_updates(events):
             batch.append(update)
@@ -173,13 +229,22 @@ class ServeAgent:
                 await self._send_updates(session_id, batch)
                 batch = []
         await self._send_updates(session_id, batch)
-        return LoadSessionResponse()
+        self.watches.attach(session_id)
+        return current_setup(events)
 
     async def resume_session(
         self, session_id: str, cwd: str, mcp_servers: Any = None, **_: Any
-    ) -> ResumeSessionResponse:
+    ) -> dict[str, Any]:
         await self._session(session_id)
-        return ResumeSessionResponse()
+        self._remember_mcp(session_id, mcp_servers)
+        self.watches.attach(session_id)
+        event = await asyncio.to_thread(self.watches.latest_setup, session_id)
+        return current_setup([] if event is None else [event])
+
+    def _remember_mcp(self, session_id: str, servers: Any) -> None:
+        """A client's MCP servers on load/resume: the agent's next launch gets them."""
+        if servers:
+            self.cp.supervisor.settings.client_mcp.remember(session_id, _plain_list(servers))
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **_: Any
@@ -226,7 +291,14 @@ class ServeAgent:
         finally:
             unwatch()
         if outcome.state is CommandState.FAILED and not outcome.stop_reason:
+            if outcome.agent_error is not None:
+                raise agent_refused({"agentError": outcome.agent_error})
             raise turn_failed(outcome.error or "the turn failed")
+        if outcome.state is CommandState.INTERRUPTED:
+            # A repeated request for a prompt a crash cut short: it ended, and is not re-run.
+            return PromptResponse(
+                stop_reason="cancelled", field_meta={"acpctl": {"interrupted": True}}
+            )
         stop = outcome.stop_reason
         if stop is None:
             stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
@@ -338,6 +410,18 @@ class ServeAgent:
             return await asyncio.to_thread(self.cp.events, session_id)
         except SessionNotFound as exc:
             raise to_request_error(exc) from None
+
+    async def _send_queued(self, session_id: str, updates: list[dict[str, Any]]) -> None:
+        """Updates that belong to no prompt, through the SDK's own sender: its queue orders
+        them after answers already queued (``session/new``'s), which a write of our own
+        could overtake. Raw dicts, so that no update kind is dropped."""
+        if self.client is None:
+            return
+        sender = self.client._conn  # the SDK's JSON-RPC connection under the typed one
+        for update in updates:
+            await sender.send_notification(
+                "session/update", {"sessionId": session_id, "update": update}
+            )
 
     async def _send_updates(self, session_id: str, updates: list[dict[str, Any]]) -> None:
         """``session/update`` notifications, raw (the SDK's typed path would drop update
@@ -453,6 +537,19 @@ class _Bridge:
         )
 
 
+def _plain_list(servers: Any) -> list[dict[str, Any]]:
+    """The client's MCP server objects as plain JSON dicts."""
+    out = []
+    for server in servers or []:
+        dumped = (
+            server
+            if isinstance(server, dict)
+            else server.model_dump(by_alias=True, exclude_none=True)
+        )
+        out.append(dict(dumped))
+    return out
+
+
 def _idempotency_key(meta: dict[str, Any]) -> str | None:
     """A client may put ``idempotencyKey`` in a request's ``_meta``; without one, a retried
     request is a new command."""
@@ -486,6 +583,7 @@ async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
         try:
             await conn.listen()
         finally:
+            server.watches.close()
             pump.cancel()
             await conn.close()
     finally:

@@ -30,14 +30,20 @@ from typing import Any, Protocol, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
 from acp.client.connection import ClientSideConnection
+from acp.meta import AGENT_METHODS
 from acp.schema import (
     AgentCapabilities,
     ClientCapabilities,
     FileSystemCapabilities,
     Implementation,
     InitializeResponse,
+    LoadSessionRequest,
+    NewSessionRequest,
+    ResumeSessionRequest,
 )
 from acp.transports import spawn_stdio_transport
+from acp.utils import serialize_params
+from pydantic import BaseModel
 
 from protocol import json_codec, sdk_logging
 from protocol.client import ControlPlaneClient, FsForward
@@ -252,7 +258,9 @@ class AgentConnection:
                 )
             )
         except AgentProtocolError as exc:
-            raise AgentStartFailed(f"agent failed during initialize: {exc}") from exc
+            raise AgentStartFailed(
+                f"agent failed during initialize: {exc}", agent_error=exc.agent_error
+            ) from exc
         # The agent answered, so it runs: its group is found at once (no wait on the loop).
         self._agent_pgid = agent_pgid_of(process.pid, timeout_s=0)
         return init
@@ -422,6 +430,14 @@ class AgentConnection:
         """Await an ACP request; a dead connection becomes a typed error with the reason."""
         try:
             return await request
+        except RequestError as exc:
+            # The agent answered with an error: kept whole (code, message, data) so that a
+            # client sees what the agent said (-32000 "Authentication required" stays that).
+            error = exc.to_error_obj()
+            detail = f"{exc}" + (f" ({exc.data})" if exc.data is not None else "")
+            raise AgentProtocolError(
+                f"the agent answered error {exc.code}: {detail}", agent_error=error
+            ) from exc
         except (ConnectionError, RuntimeError) as exc:
             if self._process is not None:
                 # The connection ends before the exit status is known; wait a moment for it.
@@ -444,61 +460,77 @@ class AgentConnection:
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:
+    async def _session_request(self, method: str, request: BaseModel) -> dict[str, Any]:
+        """Send session/new, load or resume and return the agent's answer exactly as sent:
+        the SDK's response models drop what they do not know yet (``models``, the session
+        model picker), and the control plane passes what the agent offers on unchanged.
+        Uses the SDK's JSON-RPC connection under its typed one for that."""
         conn = self._require_conn()
-        response = await self._guard(
-            conn.new_session(
-                cwd=self.launch.cwd,
-                additional_directories=list(self.launch.additional_directories) or None,
-                mcp_servers=list(mcp_servers),
-            )
+        raw = await self._guard(conn._conn.send_request(method, serialize_params(request)))
+        return raw if isinstance(raw, dict) else {}
+
+    async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:
+        request = NewSessionRequest(
+            cwd=self.launch.cwd,
+            additional_directories=list(self.launch.additional_directories) or None,
+            mcp_servers=list(mcp_servers),
         )
-        self.acp_session_id = response.session_id
-        return SessionOpened(response.session_id, "new", _dump(response))
+        response = await self._session_request(AGENT_METHODS["session_new"], request)
+        session_id = response.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise AgentProtocolError(f"session/new answered without a sessionId: {response!r}")
+        self.acp_session_id = session_id
+        return SessionOpened(session_id, "new", response)
 
     async def restore_session(
         self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
     ) -> SessionOpened:
         """Reattach to a session the agent knew: resume if advertised, else load (its replay
         is not recorded again: it is already in the log), else a new session and a
-        ``context_lost`` event."""
-        conn = self._require_conn()
+        ``context_lost`` event carrying the agent's own reason."""
         caps = self.capabilities
         extra = list(self.launch.additional_directories) or None
         reason = "the agent supports neither session/resume nor session/load"
+        agent_error: dict[str, Any] | None = None
         try:
             if caps.session_capabilities is not None and caps.session_capabilities.resume:
-                response: Any = await self._guard(
-                    conn.resume_session(
+                response = await self._session_request(
+                    AGENT_METHODS["session_resume"],
+                    ResumeSessionRequest(
                         session_id=acp_session_id,
                         cwd=self.launch.cwd,
                         additional_directories=extra,
                         mcp_servers=list(mcp_servers),
-                    )
+                    ),
                 )
                 self.acp_session_id = acp_session_id
-                return SessionOpened(acp_session_id, "resumed", _dump(response))
+                return SessionOpened(acp_session_id, "resumed", response)
             if caps.load_session:
                 self._replaying = True
                 try:
-                    response = await self._guard(
-                        conn.load_session(
+                    response = await self._session_request(
+                        AGENT_METHODS["session_load"],
+                        LoadSessionRequest(
                             cwd=self.launch.cwd,
                             session_id=acp_session_id,
                             mcp_servers=list(mcp_servers),
                             additional_directories=extra,
-                        )
+                        ),
                     )
                 finally:
                     self._replaying = False
                 self.acp_session_id = acp_session_id
-                return SessionOpened(acp_session_id, "loaded", _dump(response))
-        except RequestError as exc:
+                return SessionOpened(acp_session_id, "loaded", response)
+        except AgentProtocolError as exc:
+            if exc.agent_error is None:
+                raise  # the connection failed: not something a new session would mend
             reason = f"the agent could not restore session {acp_session_id}: {exc}"
+            agent_error = exc.agent_error
         opened = await self.new_session(mcp_servers)
-        self._recorder.event(
-            "context_lost", {"reason": reason, "previousAcpSessionId": acp_session_id}
-        )
+        lost: dict[str, Any] = {"reason": reason, "previousAcpSessionId": acp_session_id}
+        if agent_error is not None:
+            lost["agentError"] = agent_error
+        self._recorder.event("context_lost", lost)
         return SessionOpened(opened.acp_session_id, "context_lost", opened.response)
 
     async def prompt(

@@ -50,6 +50,9 @@ from acp.schema import (
     AgentCapabilities,
     AgentPlanUpdate,
     AllowedOutcome,
+    AuthMethodAgent,
+    AvailableCommand,
+    AvailableCommandsUpdate,
     CloseSessionResponse,
     ConfigOptionUpdate,
     CurrentModeUpdate,
@@ -102,6 +105,9 @@ class Options:
     state_file: Path
     invocations_file: Path | None = None
     exit_during_initialize: bool = False
+    # Refuse session/new with -32000 "Authentication required" unless EXAMPLE_AGENT_TOKEN
+    # is set (what an agent without a configured API key does).
+    auth_required: bool = False
     load: bool = True
     resume: bool = True
     chunk_delay_ms: int = 0
@@ -129,6 +135,7 @@ class Directives:
     flood_stderr: int | None = None
     oversize: int | None = None
     history: bool = False
+    mcp_servers: bool = False  # reply with the names of the MCP servers offered
     # MCP tool calls through the client's mcpServers: (tool name, arguments) in order
     mcp_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
@@ -158,7 +165,7 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
     """Set the field for one ``#name=value`` word; unknown names are logged and ignored."""
     if name in _FLAGS:
         setattr(d, name, True)
-    elif name in ("unknown-update", "hang-hard"):
+    elif name in ("unknown-update", "hang-hard", "mcp-servers"):
         setattr(d, name.replace("-", "_"), True)
     elif name in ("chunks", "updates", "delay", "flood-stderr", "oversize"):
         number = int(value)
@@ -196,6 +203,13 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         )
     else:
         log.info("ignoring unknown directive #%s", name)
+
+
+TOKEN_HELP = "Set EXAMPLE_AGENT_TOKEN in the agent's environment"
+SLASH_COMMANDS = [
+    AvailableCommand(name="history", description="Show what this session was asked so far"),
+    AvailableCommand(name="plan", description="Reply with a plan"),
+]
 
 
 def prompt_text(blocks: list[Any]) -> str:
@@ -243,6 +257,7 @@ class ExampleAgent:
         self.state = StateFile(options.state_file)
         self.sessions: dict[str, SessionRecord] = {}
         self.mcp_servers: dict[str, list[Any]] = {}  # per session, from new/load/resume
+        self._background: set[asyncio.Future[None]] = set()  # notifications in flight
         self.running: dict[str, _Running] = {}
         self._stdout = stdout
         self._conn: AgentSideConnection | None = None
@@ -278,19 +293,40 @@ class ExampleAgent:
                 session_capabilities=caps,
             ),
             agent_info=Implementation(name="example-agent", version="0.1.0"),
+            auth_methods=[AuthMethodAgent(id="token", name="Token", description=TOKEN_HELP)]
+            if self.options.auth_required
+            else [],
         )
 
     async def new_session(
         self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> NewSessionResponse:
         """Create and persist a session so that a restarted process can load it."""
+        if self.options.auth_required and not os.environ.get("EXAMPLE_AGENT_TOKEN"):
+            raise RequestError(-32000, "Authentication required", {"authMethods": ["token"]})
         record = SessionRecord(session_id=uuid.uuid4().hex, cwd=cwd)
         self.sessions[record.session_id] = record
         self.mcp_servers[record.session_id] = list(mcp_servers or [])
         self.state.save(record)
+        self._announce_commands(record.session_id)
         return NewSessionResponse(
             session_id=record.session_id, modes=_modes(record), config_options=_config(record)
         )
+
+    def _announce_commands(self, sid: str) -> None:
+        """Like real agents (Claude Code, Codex), send the slash commands right after the
+        answer to session/new, load or resume: scheduled now, it is written after the answer
+        (the SDK queues the answer before this callback runs)."""
+
+        def send() -> None:
+            update = AvailableCommandsUpdate(
+                session_update="available_commands_update", available_commands=SLASH_COMMANDS
+            )
+            task = asyncio.ensure_future(self._send(sid, update))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        asyncio.get_running_loop().call_soon(send)
 
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
@@ -304,6 +340,7 @@ class ExampleAgent:
             await self._send(session_id, update_user_message_text(turn.user))
             if turn.reply:
                 await self._send(session_id, update_agent_message_text(turn.reply))
+        self._announce_commands(session_id)
         return LoadSessionResponse(modes=_modes(record), config_options=_config(record))
 
     async def resume_session(
@@ -314,6 +351,7 @@ class ExampleAgent:
             raise RequestError.method_not_found("session/resume")
         record = self._attach(session_id, cwd)
         self.mcp_servers[session_id] = list(mcp_servers or [])
+        self._announce_commands(session_id)
         return ResumeSessionResponse(modes=_modes(record), config_options=_config(record))
 
     async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
@@ -424,6 +462,9 @@ class ExampleAgent:
             await self._chunk(sid, "x" * d.oversize, turn)
         if d.history:
             extras.append("history: " + " | ".join(t.message for t in record.history))
+        if d.mcp_servers:
+            names = [str(getattr(s, "name", "?")) for s in self.mcp_servers.get(sid, [])]
+            extras.append("mcp servers: " + ", ".join(names))
         if d.mcp_calls:
             extras += await self._mcp_calls(sid, d.mcp_calls)
         await self._stream(sid, _reply_chunks(d, message, extras), d, turn)
@@ -674,6 +715,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--state-file", type=Path, default=None)
     p.add_argument("--invocations-file", type=Path, default=None)
     p.add_argument("--exit-during-initialize", action="store_true")
+    p.add_argument("--auth-required", action="store_true")
     p.add_argument("--no-load", action="store_true")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--chunk-delay-ms", type=int, default=0)
@@ -686,6 +728,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         state_file=Path(state),
         invocations_file=Path(invocations) if invocations else None,
         exit_during_initialize=a.exit_during_initialize,
+        auth_required=a.auth_required,
         load=not a.no_load,
         resume=not a.no_resume,
         chunk_delay_ms=a.chunk_delay_ms,

@@ -8,6 +8,7 @@ conversation and are skipped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -58,3 +59,23 @@ def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]
         update = update_of(event)
         if update is not None and update.get("sessionUpdate") != "user_message_chunk":
             yield update
+
+
+def current_setup(events: Iterable[EventLike]) -> dict[str, Any]:
+    """What the session's agent offers now (``modes``, ``models``, ``configOptions``): as its
+    latest start answered, with the mode and config changes it reported since applied."""
+    setup: dict[str, Any] = {}
+    for event in events:
+        if event.kind == "agent_started":
+            recorded = event.payload.get("sessionSetup")
+            setup = json.loads(json.dumps(recorded)) if isinstance(recorded, dict) else {}
+            continue
+        update = update_of(event)
+        if update is None:
+            continue
+        kind = update.get("sessionUpdate")
+        if kind == "current_mode_update" and isinstance(setup.get("modes"), dict):
+            setup["modes"]["currentModeId"] = update.get("currentModeId")
+        elif kind == "config_option_update" and "configOptions" in update:
+            setup["configOptions"] = update["configOptions"]
+    return setup

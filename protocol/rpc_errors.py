@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from acp import RequestError
 
 from state_machines import (
@@ -34,3 +36,15 @@ def to_request_error(exc: ControlPlaneError) -> RequestError:
 def turn_failed(details: str) -> RequestError:
     """A prompt whose turn failed (the agent died or broke the protocol): -32603."""
     return RequestError.internal_error({"details": details})
+
+
+def agent_refused(payload: dict[str, Any]) -> RequestError:
+    """The backend agent's own error (an ``agentError`` in a stored event or outcome), passed
+    to the client unchanged: -32000 "Authentication required" stays -32000 with its data,
+    so an editor can start its login flow. Without one, -32603 with the stored reason."""
+    agent_error = payload.get("agentError")
+    if isinstance(agent_error, dict) and isinstance(agent_error.get("code"), int):
+        return RequestError(
+            agent_error["code"], str(agent_error.get("message", "")), agent_error.get("data")
+        )
+    return RequestError.internal_error({"details": str(payload.get("error", "agent failed"))})

@@ -26,6 +26,8 @@ these without importing a layer above it.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ControlPlaneError(Exception):
     """Root of every error the control plane raises on purpose."""
@@ -111,14 +113,33 @@ class LimitExceeded(ControlPlaneError):
 
 
 class AgentStartFailed(ControlPlaneError):
-    def __init__(self, message: str, session_id: str | None = None) -> None:
+    """The agent could not be started. ``agent_error``: the agent's own JSON-RPC error
+    (``{"code", "message", "data"}``) when it refused (e.g. -32000 authentication required),
+    passed through to clients unchanged."""
+
+    def __init__(
+        self,
+        message: str,
+        session_id: str | None = None,
+        agent_error: dict[str, Any] | None = None,
+    ) -> None:
         self.session_id = session_id
+        self.agent_error = agent_error
         super().__init__(message)
 
 
 class AgentProtocolError(ControlPlaneError):
-    def __init__(self, message: str, session_id: str | None = None) -> None:
+    """The agent broke the protocol, died, or answered a request with an error
+    (``agent_error`` as for ``AgentStartFailed``)."""
+
+    def __init__(
+        self,
+        message: str,
+        session_id: str | None = None,
+        agent_error: dict[str, Any] | None = None,
+    ) -> None:
         self.session_id = session_id
+        self.agent_error = agent_error
         super().__init__(message)
 
 

@@ -26,3 +26,8 @@ def canonical_payload(kind: str, payload: Any) -> tuple[str, str]:
     text = _CANONICAL.encode(payload)
     envelope = '{"kind":' + _CANONICAL.encode(kind) + ',"payload":' + text + "}"
     return text, hashlib.sha256(envelope.encode()).hexdigest()
+
+
+def command_hash(command: tuple[str, ...] | list[str]) -> str:
+    """The key of an agent command line (the capability cache)."""
+    return hashlib.sha256(_CANONICAL.encode(list(command)).encode()).hexdigest()

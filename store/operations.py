@@ -37,7 +37,7 @@ from state_machines.errors import (
 from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
-from store.hashing import canonical_json, canonical_payload, request_hash
+from store.hashing import canonical_json, canonical_payload, command_hash, request_hash
 from store.ownership import owner_alive, this_owner
 from store.records import (
     AgentSpec,
@@ -789,6 +789,19 @@ def interrupted_turns_policy(metadata: dict[str, Any]) -> str:
     kept its conversation) or ``report`` (never send it again; the command ends
     ``interrupted``)."""
     return "report" if metadata.get("interruptedTurns") == "report" else "retry"
+
+
+def record_agent_capabilities(
+    ctx: WriteContext, command: Sequence[str], initialize: dict[str, Any]
+) -> None:
+    """Remember what an agent command answered to ``initialize`` (its capabilities, auth
+    methods and info: nothing secret), replacing an older answer."""
+    ctx.raw.execute(
+        "INSERT INTO agent_capabilities (command_hash, initialize, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (command_hash) DO UPDATE SET initialize = excluded.initialize, "
+        "updated_at = excluded.updated_at",
+        (command_hash(tuple(command)), _dumps(initialize), time.time()),
+    )
 
 
 def count_queued(conn: Connection) -> int:

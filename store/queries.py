@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from sqlalchemy import Connection, Select, func, select
 
 from state_machines import CommandState, SessionNotFound, SessionState
 from state_machines.errors import CommandNotFound
 from store.records import BindingRecord, CommandRecord, EventRecord, SessionRecord
 from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
+from store.schema import agent_capabilities as agent_capabilities_table
 from store.schema import bindings, commands, delivery_checkpoints, events, sessions
 
 
@@ -148,3 +152,43 @@ def undelivered_bindings(conn: Connection) -> list[BindingRecord]:
         .where(func.coalesce(delivery_checkpoints.c.last_event_seq, 0) < sessions.c.last_event_seq)
     )
     return [binding_from_row(r) for r in conn.execute(query)]
+
+
+def latest_event(conn: Connection, session_id: str, kinds: tuple[str, ...]) -> EventRecord | None:
+    """The session's most recent event of one of ``kinds``."""
+    row = conn.execute(
+        select(events)
+        .where(events.c.session_id == session_id, events.c.kind.in_(kinds))
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else event_from_row(row)
+
+
+def events_of_kinds_after(
+    conn: Connection, session_id: str, kinds: tuple[str, ...], after_seq: int
+) -> list[EventRecord]:
+    """The session's events of ``kinds`` after ``after_seq``, in order."""
+    rows = conn.execute(
+        select(events)
+        .where(
+            events.c.session_id == session_id,
+            events.c.kind.in_(kinds),
+            events.c.seq > after_seq,
+        )
+        .order_by(events.c.seq)
+    ).all()
+    return [event_from_row(r) for r in rows]
+
+
+def agent_capabilities(conn: Connection, command_hash: str) -> dict[str, Any] | None:
+    """What the agent command answered to ``initialize`` when it last started."""
+    text = conn.execute(
+        select(agent_capabilities_table.c.initialize).where(
+            agent_capabilities_table.c.command_hash == command_hash
+        )
+    ).scalar_one_or_none()
+    if text is None:
+        return None
+    value: dict[str, Any] = json.loads(text)
+    return value

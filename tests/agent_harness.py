@@ -71,8 +71,13 @@ class AgentHarness:
         self.recorder.flush_future().result(10)
         return [e for e in self.store.events(self.session_id) if kind is None or e.kind == kind]
 
-    def updates(self) -> list[dict[str, Any]]:
-        return [json.loads(e.raw)["params"]["update"] for e in self.events("session_update")]
+    def updates(self, slash_commands: bool = False) -> list[dict[str, Any]]:
+        """The recorded updates; without ``slash_commands``, leaving out the
+        ``available_commands_update`` the agent sends after each session/new, load or resume."""
+        updates = [json.loads(e.raw)["params"]["update"] for e in self.events("session_update")]
+        if slash_commands:
+            return updates
+        return [u for u in updates if u["sessionUpdate"] != "available_commands_update"]
 
     def message_text(self) -> str:
         return "".join(

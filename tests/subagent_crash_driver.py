@@ -11,10 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-from state_machines import CommandState
+from state_machines import COMMAND_MACHINE
 from tests.cp_harness import example_agent, open_cp
 
-FINAL = {CommandState.COMPLETED, CommandState.FAILED, CommandState.CANCELLED}
+FINAL = COMMAND_MACHINE.final
 
 
 def main(tmp: Path, parents: int, children: int) -> None:

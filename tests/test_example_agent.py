@@ -34,12 +34,16 @@ class RecordingClient:
 
     def __init__(self, permission: str = "allow") -> None:
         self.updates: list[Any] = []
+        self.slash_commands: list[Any] = []
         self.permission_requests: list[dict[str, Any]] = []
         self.permission = permission
         self.files: dict[str, str] = {}
         self.reads: list[tuple[str, int | None, int | None]] = []
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        if update.session_update == "available_commands_update":
+            self.slash_commands.append(update)  # after each session/new, load and resume
+            return
         self.updates.append(update)
 
     async def request_permission(
@@ -317,6 +321,10 @@ def test_restart_load_replays_history_and_resume_attaches_silently(tmp_path: Pat
     def tap(event: StreamEvent) -> None:
         if event.direction is StreamDirection.INCOMING:
             msg = event.message
+            update = (msg.get("params") or {}).get("update") or {}
+            if update.get("sessionUpdate") == "available_commands_update":
+                wire.append("commands")
+                return
             wire.append(msg.get("method") or f"response:{msg.get('id')}")
 
     async def first_process() -> tuple[str, str]:
@@ -350,8 +358,11 @@ def test_restart_load_replays_history_and_resume_attaches_silently(tmp_path: Pat
             ("user_message_chunk", "second one #chunks=2"),
             ("agent_message_chunk", "c0 c1 "),
         ]
-        # All four replay notifications precede the load response on the wire.
-        assert load_wire[-5:] == ["session/update"] * 4 + ["response:1"]
+        # All four replay notifications precede the load response on the wire; the slash
+        # commands follow it.
+        load_part = [w for w in load_wire if w != "commands"]
+        assert load_part[-5:] == ["session/update"] * 4 + ["response:1"]
+        assert wire.index("commands") > wire.index("response:1")
         assert "history: first message | second one" in loaded_reply
         assert resume_updates == []
         assert "history: remember me" in client.reply()

@@ -32,11 +32,16 @@ def _serve_argv(tmp: Path, invocations: Path | None = None) -> list[str]:
 class Client:
     def __init__(self, permission: str = "allow") -> None:
         self.updates: list[dict[str, Any]] = []
+        self.slash_commands: list[dict[str, Any]] = []
         self.permission = permission
         self.asked: list[str] = []
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        self.updates.append(update.model_dump(by_alias=True, exclude_none=True))
+        dumped = update.model_dump(by_alias=True, exclude_none=True)
+        if dumped.get("sessionUpdate") == "available_commands_update":
+            self.slash_commands.append(dumped)  # sent after session/new: not a turn's
+            return
+        self.updates.append(dumped)
 
     async def request_permission(
         self, session_id: str, tool_call: Any, options: Any, **_: Any

@@ -63,7 +63,7 @@ def test_subagent_crash_loop(tmp_path: Path) -> None:
 
     conn = sqlite3.connect(tmp_path / "cp.db")
     states = Counter(r[0] for r in conn.execute("select state from commands"))
-    assert set(states) <= {"completed", "failed", "cancelled"}, (seed, states)
+    assert set(states) <= {"completed", "failed", "cancelled", "interrupted"}, (seed, states)
     stuck = conn.execute(
         "select count(*) from sessions where state in ('running', 'cancelling')"
     ).fetchone()[0]
@@ -79,7 +79,7 @@ def test_subagent_crash_loop(tmp_path: Path) -> None:
         for r in conn.execute(
             "select c.id from commands c join sessions s on s.id = c.session_id"
             " where s.parent_id is not null and c.kind = 'prompt'"
-            " and c.state in ('completed', 'failed', 'cancelled')"
+            " and c.state in ('completed', 'failed', 'cancelled', 'interrupted')"
         )
     ]
     announced = Counter(

@@ -1,0 +1,191 @@
+"""Through `acpctl serve` an editor sees what it sees talking to the agent directly: what
+``session/new`` offers (modes, config options), the slash commands that follow it, the MCP
+servers it passes, and the agent's own errors (-32000 authentication required); also after a
+kill -9 of serve and a ``session/load``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp.meta import AGENT_METHODS
+from acp.schema import ClientCapabilities
+
+SECRET = "tool-token-SECRET-81c2"
+
+
+def _agent(tmp: Path, *flags: str) -> list[str]:
+    state = tmp / "agent-state.json"
+    return [sys.executable, "-m", "protocol.example_agent", "--state-file", str(state), *flags]
+
+
+def _serve(tmp: Path, *flags: str) -> list[str]:
+    agent = " ".join(_agent(tmp, *flags))
+    db = str(tmp / "cp.db")
+    return [sys.executable, "-m", "control_plane.cli", "serve", "--db", db, "--agent", agent]
+
+
+def _tools_server(tmp: Path) -> dict[str, Any]:
+    """An MCP server the editor offers (never started here: the agent only lists it)."""
+    return {
+        "name": "my-tools",
+        "command": sys.executable,
+        "args": ["-c", "pass"],
+        "env": [{"name": "TOOL_TOKEN", "value": SECRET}],
+    }
+
+
+class Editor:
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update.model_dump(by_alias=True, exclude_none=True))
+
+    async def request_permission(self, *_: Any, **__: Any) -> Any:
+        raise RequestError.method_not_found("session/request_permission")
+
+    def slash_commands(self) -> list[Any]:
+        return [
+            u["availableCommands"]
+            for u in self.updates
+            if u["sessionUpdate"] == "available_commands_update"
+        ]
+
+    def text(self) -> str:
+        return "".join(
+            u["content"].get("text", "")
+            for u in self.updates
+            if u["sessionUpdate"] == "agent_message_chunk"
+        )
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    (tmp / "none.toml").write_text("")
+    return {
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "PATH": os.environ.get("PATH", ""),
+        "ACPCTL_CONFIG": str(tmp / "none.toml"),
+        "HOME": str(tmp),
+    }
+
+
+async def _drive(argv: list[str], tmp: Path, body: Any) -> Any:
+    editor = Editor()
+    with (tmp / "stderr.log").open("ab") as log:
+        async with spawn_agent_process(
+            editor,
+            argv[0],
+            *argv[1:],
+            env=_env(tmp),
+            cwd=str(tmp),
+            transport_kwargs={"stderr": log.fileno(), "shutdown_timeout": 5},
+        ) as (conn, proc):
+            init = await conn.initialize(
+                protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+            )
+            return await body(conn, proc, init, editor)
+
+
+async def _raw(conn: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A request's answer as sent (the SDK's typed answer drops fields it does not know)."""
+    answer: dict[str, Any] = await conn._conn.send_request(method, params)
+    return answer
+
+
+async def _settle(editor: Editor, kind: str, timeout: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not any(u["sessionUpdate"] == kind for u in editor.updates):
+        assert asyncio.get_running_loop().time() < deadline, f"no {kind} arrived"
+        await asyncio.sleep(0.02)
+
+
+def _one_session(tmp: Path) -> Any:
+    async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> dict[str, Any]:
+        new = await _raw(
+            conn,
+            AGENT_METHODS["session_new"],
+            {"cwd": str(tmp), "mcpServers": [_tools_server(tmp)]},
+        )
+        await _settle(editor, "available_commands_update")
+        answer = await conn.prompt(session_id=new["sessionId"], prompt=[text_block("#mcp-servers")])
+        return {
+            "new": {k: v for k, v in new.items() if k != "sessionId"},
+            "slash": editor.slash_commands(),
+            "text": editor.text(),
+            "stop": answer.stop_reason,
+        }
+
+    return body
+
+
+@pytest.mark.timeout(120)
+def test_serve_offers_what_the_agent_offers_directly(tmp_path: Path) -> None:
+    direct_dir, serve_dir = tmp_path / "direct", tmp_path / "serve"
+    direct_dir.mkdir()
+    serve_dir.mkdir()
+    direct = asyncio.run(_drive(_agent(direct_dir), direct_dir, _one_session(direct_dir)))
+    served = asyncio.run(_drive(_serve(serve_dir), serve_dir, _one_session(serve_dir)))
+    assert direct["new"]["modes"]["availableModes"]  # the example agent offers modes ...
+    assert direct["new"]["configOptions"]  # ... and config options
+    assert served["new"] == direct["new"]
+    assert served["slash"] == direct["slash"] != []
+    assert "my-tools" in direct["text"] and "my-tools" in served["text"]
+    assert served["stop"] == direct["stop"] == "end_turn"
+    stored = b"".join(p.read_bytes() for p in serve_dir.glob("cp.db*"))
+    assert b"TOOL_TOKEN" in stored and SECRET.encode() not in stored
+
+
+@pytest.mark.timeout(120)
+def test_after_kill_9_load_returns_the_setup_and_the_editors_mcp_servers_reach_the_agent(
+    tmp_path: Path,
+) -> None:
+    async def first(conn: Any, proc: Any, init: Any, editor: Editor) -> tuple[str, Any]:
+        new = await _raw(
+            conn,
+            AGENT_METHODS["session_new"],
+            {"cwd": str(tmp_path), "mcpServers": [_tools_server(tmp_path)]},
+        )
+        await conn.prompt(session_id=new["sessionId"], prompt=[text_block("hello")])
+        proc.send_signal(signal.SIGKILL)
+        return new["sessionId"], {k: v for k, v in new.items() if k != "sessionId"}
+
+    sid, setup = asyncio.run(_drive(_serve(tmp_path), tmp_path, first))
+
+    async def second(conn: Any, proc: Any, init: Any, editor: Editor) -> tuple[Any, str]:
+        loaded = await _raw(
+            conn,
+            AGENT_METHODS["session_load"],
+            {"sessionId": sid, "cwd": str(tmp_path), "mcpServers": [_tools_server(tmp_path)]},
+        )
+        assert editor.slash_commands(), "the replay carries the slash commands"
+        editor.updates.clear()
+        await conn.prompt(session_id=sid, prompt=[text_block("#mcp-servers")])
+        return loaded, editor.text()
+
+    loaded, text = asyncio.run(_drive(_serve(tmp_path), tmp_path, second))
+    assert loaded == setup
+    assert "my-tools" in text
+
+
+@pytest.mark.timeout(120)
+def test_an_agents_authentication_error_reaches_the_editor_unchanged(tmp_path: Path) -> None:
+    async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> Any:
+        try:
+            await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        except RequestError as exc:
+            return init.auth_methods, exc.to_error_obj()
+        raise AssertionError("session/new was accepted")
+
+    flags = ("--auth-required",)
+    direct = asyncio.run(_drive(_agent(tmp_path, *flags), tmp_path, body))
+    served = asyncio.run(_drive(_serve(tmp_path, *flags), tmp_path, body))
+    assert direct[1]["code"] == -32000
+    assert served[1] == direct[1]
+    assert [m.id for m in served[0]] == [m.id for m in direct[0]] == ["token"]
