@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from protocol.spawn import agent_environment
 from store import AgentSpec
 
 
@@ -52,6 +53,12 @@ class AgentProfiles:
             current = self._profiles.get(spec.name) or AgentProfile()
             env = {**current.env, **dict(spec.env)}
             self._profiles[spec.name] = replace(current, env=MappingProxyType(env))
+
+    def environment(self, name: str, passthrough: Iterable[str] = ()) -> dict[str, str]:
+        """The environment a launch of agent ``name`` gets now: the host's allowlist, the
+        ``passthrough`` names (process-wide and the agent's), its configured values."""
+        profile = self.get(name)
+        return agent_environment(dict(profile.env), (*passthrough, *profile.passthrough))
 
     def missing(self, spec: AgentSpec) -> list[str]:
         """Names a stored spec was configured with that no current source supplies."""

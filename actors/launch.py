@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from actors.settings import RuntimeSettings
 from protocol.connection import AgentLaunch
-from protocol.spawn import agent_environment
 from store import AgentSpec, SessionRecord
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,7 @@ def launch_agent(
     return AgentLaunch(
         command=agent.command,
         cwd=cwd,
-        env=agent_environment(dict(profile.env), (*settings.env_passthrough, *profile.passthrough)),
+        env=settings.agent_profiles.environment(agent.name, settings.env_passthrough),
         stderr_path=os.path.join(settings.log_dir, f"{log_name}.stderr.log"),
         additional_directories=tuple(str(d) for d in additional_directories),
         max_frame_bytes=settings.max_frame_bytes,

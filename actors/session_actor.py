@@ -208,12 +208,17 @@ class SessionActor(pykka.ThreadingActor):
         session = self.store.get_session(self.session_id)
         leftovers = kill_leftovers(self.session_id, session.agent_process)
         settings = self.deps.settings
+        launch = launch_for(session, settings)
+        prestarted = None
+        if settings.prestarted is not None:
+            prestarted = settings.prestarted.take(launch.command, launch.cwd, launch.env)
         conn = AgentConnection(
-            launch_for(session, settings),
+            launch,
             self.recorder,
             PermissionBroker(settings.permission_policy, settings.ask),
             on_exit=self._on_agent_exit,
             fs_forward=settings.fs_forward,
+            prestarted=prestarted,
         )
         loop = self.deps.loop
         mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)

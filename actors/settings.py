@@ -11,6 +11,7 @@ from actors.agent_profiles import AgentProfiles
 from actors.client_mcp import ClientMcpServers
 from protocol.client import FsForward
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
+from protocol.prestart import PrestartPool
 from store import SubagentLimits
 
 
@@ -52,6 +53,9 @@ class RuntimeSettings:
     mcp_servers: Callable[[str], list[dict[str, Any]]] | None = None
     # MCP servers clients asked for, per session (values of their secrets in memory only).
     client_mcp: ClientMcpServers = field(default_factory=ClientMcpServers)
+    # An agent process started ahead of its session (acpctl serve), for the first launch
+    # it fits.
+    prestarted: PrestartPool | None = None
     terminals_enabled: bool = False
     # Host variables forwarded to every agent by name (per-agent ones are in its profile).
     env_passthrough: tuple[str, ...] = ()

@@ -84,6 +84,9 @@ DEFAULT_TASKS = 32
 DEFAULT_JOBS = (1, 8, 32)
 BATCH_CHUNKS = 5
 TARGET_RATIO = 1.3
+# Start to session ready (process start, initialize, session/new answered), serve / direct.
+READY_TARGET_RATIO = 1.2
+DEFAULT_READY_ROUNDS = 7
 START_TIMEOUT_S = 120.0
 TURN_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 1800.0
@@ -200,7 +203,9 @@ def cpu_snapshot(sides: list[Side]) -> dict[str, float | None]:
     for side in sides:
         out[side.name] = process_cpu_s(side.pid)
         if side.name == SERVE:
-            backends = [c for c in map(process_cpu_s, child_pids(side.pid)) if c is not None]
+            # Serve's children are the reapers; the backend agent is the reaper's child.
+            tree = [p for r in child_pids(side.pid) for p in (r, *child_pids(r))]
+            backends = [c for c in map(process_cpu_s, tree) if c is not None]
             out[SERVE + "_backend"] = sum(backends) if backends else None
     return out
 
@@ -271,6 +276,47 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
             "first_warmup_turn_ms": first_turn_ms,
             "cpu_ms_per_turn": cpu_ms_per_turn,
         }
+
+
+async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name: str) -> float:
+    """Seconds from spawning ``argv`` to its ``session/new`` answered (a fresh process; for
+    serve, a session whose backend agent has started: serve answers only then)."""
+    async with AsyncExitStack() as stack:
+        start = now()
+        await asyncio.wait_for(start_side(stack, name, argv, workdir, env), START_TIMEOUT_S)
+        return now() - start
+
+
+async def measure_ready(workdir: str, rounds: int) -> dict[str, Any]:
+    """Start to session ready, serve against direct, interleaved (the order alternates). One
+    untimed serve start first: the very first serve of an agent command starts the agent
+    once to learn its capabilities (then kept in the store); every later start answers
+    ``initialize`` from the store and pays one agent start, at ``session/new``."""
+    env = child_env(workdir)
+    backend = shlex.join(example_agent_argv(os.path.join(workdir, "ready-agent-state.json")))
+    serve_argv = acpctl_argv(os.path.join(workdir, "ready.db"), "serve", "--agent", backend)
+    direct_argv = example_agent_argv(os.path.join(workdir, "ready-direct-state.json"))
+    progress(f"start to session ready: {rounds} rounds per side")
+    first = await time_to_ready(serve_argv, workdir, env, SERVE)
+    times: dict[str, list[float]] = {SERVE: [], DIRECT: []}
+    for r in range(rounds):
+        order = [(SERVE, serve_argv), (DIRECT, direct_argv)]
+        for name, argv in order if r % 2 == 0 else order[::-1]:
+            times[name].append(await time_to_ready(argv, workdir, env, name))
+    serve_s, direct_s = median(times[SERVE]), median(times[DIRECT])
+    ratio = serve_s / direct_s
+    paired = median([a / b for a, b in zip(times[SERVE], times[DIRECT], strict=True)])
+    return {
+        "rounds": rounds,
+        "first_serve_s": first,
+        "serve_s": times[SERVE],
+        "direct_s": times[DIRECT],
+        "median_serve_s": serve_s,
+        "median_direct_s": direct_s,
+        "ratio_of_medians": ratio,
+        "median_paired_ratio": paired,
+        "target": {"max_ratio": READY_TARGET_RATIO, "met": ratio <= READY_TARGET_RATIO},
+    }
 
 
 def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
@@ -426,6 +472,20 @@ def print_report(report: dict[str, Any]) -> None:
         f"(may wait for its backend agent, started at session/new), "
         f"direct {first.get(DIRECT, float('nan')):.0f} ms"
     )
+    ready_report = report.get("ready")
+    if ready_report is not None:
+        verdict = "MET" if ready_report["target"]["met"] else "NOT MET"
+        print(
+            f"start to session ready ({ready_report['rounds']} fresh processes per side, "
+            f"interleaved; the store already knows the agent's capabilities): serve "
+            f"{ready_report['median_serve_s']:.2f} s, direct "
+            f"{ready_report['median_direct_s']:.2f} s (medians) = "
+            f"{ready_report['ratio_of_medians']:.2f}x (paired "
+            f"{ready_report['median_paired_ratio']:.2f}x); target <= "
+            f"{READY_TARGET_RATIO:.1f}x: {verdict}. First serve of a new store: "
+            f"{ready_report['first_serve_s']:.2f} s (starts the agent once more to learn its "
+            "capabilities)"
+        )
     cpu = turns["cpu_ms_per_turn"]
     if cpu:
         print(
@@ -485,6 +545,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-batch", action="store_true", help="measure only the turns")
     parser.add_argument(
+        "--ready-rounds",
+        type=positive_int,
+        default=DEFAULT_READY_ROUNDS,
+        help=f"fresh starts per side for start-to-ready (default {DEFAULT_READY_ROUNDS})",
+    )
+    parser.add_argument(
         "--dir", default=None, help="where to create the temporary directory (default /tmp)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
@@ -498,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = tempfile.mkdtemp(prefix="acp-serve-bench-", dir=args.dir)
     try:
+        ready = asyncio.run(measure_ready(workdir, args.ready_rounds))
         raw_turns = asyncio.run(measure_turns(workdir, args.turns, args.warmup, args.chunks))
         batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
     finally:
@@ -513,6 +580,7 @@ def main(argv: list[str] | None = None) -> int:
             "dir": workdir,
         },
         "machine": machine_info(),
+        "ready": ready,
         "turns": summarise_turns(raw_turns),
         "batch": batch,
         "peak_rss_mb": peak_rss_mb(),

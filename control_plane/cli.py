@@ -124,14 +124,19 @@ def serve_command(
     import asyncio
     import logging
 
-    from control_plane.serve import serve
+    from control_plane.prestart_backend import prestart_backend
 
     ctx: Context = typer_ctx.obj
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     with errors_as_exit():
         config = ctx.config()
         spec, _ = config.agent(agent)
-        asyncio.run(serve(config, spec, max_frame_bytes))
+        # The backend agent starts now, while serve imports the SDK and opens the store:
+        # the editor's first session/new then finds it ready (protocol/prestart.py).
+        backend = prestart_backend(config, spec)
+        from control_plane.serve import serve
+
+        asyncio.run(serve(config, spec, max_frame_bytes, backend))
 
 
 @app.command("example-agent")

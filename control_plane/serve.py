@@ -51,6 +51,7 @@ from protocol import json_codec
 from protocol.connection import AgentConnection, NullRecorder
 from protocol.front_tap import guard_input
 from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.prestart import PrestartPool
 from protocol.replay import conversation_updates, current_setup, update_of
 from protocol.rpc_errors import agent_refused, to_request_error, turn_failed
 from state_machines import CommandState, ControlPlaneError, SessionNotFound
@@ -212,6 +213,11 @@ class ServeAgent:
                 raise RequestError.internal_error(
                     {"details": f"the agent did not start within {timeout:.0f}s"}
                 ) from None
+        prestarted = self.cp.supervisor.settings.prestarted
+        if prestarted is not None:
+            # Taken by this session's launch, or it does not fit (another cwd): an agent
+            # process must not idle for the rest of serve's life.
+            await asyncio.to_thread(prestarted.close)
         if event.kind == "agent_start_failed":
             raise agent_refused(event.payload)
         setup = event.payload.get("sessionSetup")
@@ -559,11 +565,17 @@ def _idempotency_key(meta: dict[str, Any]) -> str | None:
     return None if value is None else str(value)
 
 
-async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
-    """Serve ACP on this process's stdin/stdout until the client closes stdin."""
+async def serve(
+    config: Config,
+    agent: AgentSpec,
+    max_frame_bytes: int,
+    backend: PrestartPool | None = None,
+) -> None:
+    """Serve ACP on this process's stdin/stdout until the client closes stdin. ``backend``:
+    the agent process started ahead for the first session (discarded if none takes it)."""
     front_loop = asyncio.get_running_loop()
     bridge = _Bridge(front_loop)
-    settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge)
+    settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge, prestarted=backend)
     db = config.db_path
     db.parent.mkdir(parents=True, exist_ok=True)
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
@@ -588,3 +600,5 @@ async def serve(config: Config, agent: AgentSpec, max_frame_bytes: int) -> None:
             await conn.close()
     finally:
         await asyncio.to_thread(cp.close)
+        if backend is not None:
+            await asyncio.to_thread(backend.close)

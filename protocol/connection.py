@@ -25,7 +25,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
@@ -49,6 +49,7 @@ from protocol import json_codec, sdk_logging
 from protocol.client import ControlPlaneClient, FsForward
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
+from protocol.prestart import AdoptedProcess, Prestarted, adopt
 from protocol.proc_tree import agent_pgid_of, process_start_time
 from protocol.spawn import under_reaper
 from protocol.stderr_log import tail_lines
@@ -58,6 +59,8 @@ from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFai
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+# A process the connection spawned, or one started ahead and adopted (protocol/prestart.py).
+AgentProcess = asyncio.subprocess.Process | AdoptedProcess
 CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
 DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
 
@@ -129,8 +132,12 @@ class AgentConnection:
         permissions: PermissionBroker,
         on_exit: Callable[[int | None], None] | None = None,
         fs_forward: FsForward | None = None,
+        prestarted: Prestarted | None = None,
     ) -> None:
         sdk_logging.install()  # unknown update kinds are recorded raw, not errors
+        if prestarted is not None:  # its stderr went to the log it was started with
+            launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
+        self._prestarted = prestarted
         self.launch = launch
         self._recorder = recorder
         self.permissions = permissions
@@ -144,7 +151,7 @@ class AgentConnection:
         )
         self._stack = AsyncExitStack()
         self._conn: ClientSideConnection | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: AgentProcess | None = None
         self._reaper_start: int | None = None
         self._agent_pgid: int | None = None
         self._failure: AgentProtocolError | None = None
@@ -215,22 +222,33 @@ class AgentConnection:
 
     async def _start(self) -> InitializeResponse:
         launch = self.launch
-        stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
-        try:
-            argv = under_reaper(launch.command, launch.env, launch.cwd)
-            reader, writer, process = await self._stack.enter_async_context(
-                spawn_stdio_transport(
-                    argv[0],
-                    *argv[1:],
-                    env=dict(launch.env),
-                    cwd=launch.cwd,
-                    stderr=stderr.fileno(),
-                    limit=1024 * 1024,
-                    shutdown_timeout=launch.shutdown_timeout_s,
-                )
+        transport: contextlib.AbstractAsyncContextManager[
+            tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
+        ]
+        if self._prestarted is not None:
+            # Spawned ahead of this session (acpctl serve): its start-up is already paid.
+            transport = adopt(self._prestarted, 1024 * 1024, launch.shutdown_timeout_s)
+        else:
+            stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
+            try:
+                argv = under_reaper(launch.command, launch.env, launch.cwd)
+            except OSError as exc:
+                raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
+            transport = spawn_stdio_transport(
+                argv[0],
+                *argv[1:],
+                env=dict(launch.env),
+                cwd=launch.cwd,
+                stderr=stderr.fileno(),
+                limit=1024 * 1024,
+                shutdown_timeout=launch.shutdown_timeout_s,
             )
+        try:
+            entered: tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
+            entered = await self._stack.enter_async_context(transport)
         except OSError as exc:
             raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
+        reader, writer, process = entered
         self._process = process
         self._reaper_start = process_start_time(process.pid)
         tapped = asyncio.StreamReader(limit=1024 * 1024)
@@ -411,7 +429,7 @@ class AgentConnection:
             with contextlib.suppress(ProcessLookupError):
                 self._process.terminate()  # the reaper kills the tree (see kill())
 
-    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+    async def _watch(self, process: AgentProcess) -> None:
         code = await process.wait()
         self._exited.set()
         if not self._stopping:

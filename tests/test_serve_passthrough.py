@@ -189,3 +189,20 @@ def test_an_agents_authentication_error_reaches_the_editor_unchanged(tmp_path: P
     assert direct[1]["code"] == -32000
     assert served[1] == direct[1]
     assert [m.id for m in served[0]] == [m.id for m in direct[0]] == ["token"]
+
+
+@pytest.mark.timeout(120)
+def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -> None:
+    """serve spawns its backend before it imports the SDK or opens the store; the first
+    ``session/new`` in serve's cwd adopts that process instead of starting another."""
+
+    async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> str:
+        new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        await conn.prompt(session_id=new.session_id, prompt=[text_block("hello")])
+        return str(new.session_id)
+
+    sid = asyncio.run(_drive(_serve(tmp_path), tmp_path, body))
+    logs = sorted(p.name for p in (tmp_path / "agent-logs").iterdir())
+    # The adopted agent wrote to serve's own log; no launch of the session's own happened.
+    assert f"{sid}.stderr.log" not in logs
+    assert any(name.startswith("serve-") for name in logs), logs

@@ -87,7 +87,16 @@ def node_path() -> str | None:
 
 
 def skip_reason(name: str | None = None) -> str | None:
-    """Why agent ``name`` (or any agent when None) cannot run here, or None when it can."""
+    """Why agent ``name`` (or any agent when None) cannot run here, or None when it can.
+    With ``ACPCTL_REAL_AGENTS=required`` (CI sets it) a missing install is an error, not a
+    skip: the real-agent suite must never go quietly unrun there."""
+    reason = _missing(name)
+    if reason is not None and os.environ.get("ACPCTL_REAL_AGENTS") == "required":
+        raise RuntimeError(f"ACPCTL_REAL_AGENTS=required, but {reason}")
+    return reason
+
+
+def _missing(name: str | None) -> str | None:
     if node_path() is None:
         return f"real ACP agents need {INSTALL_HINT} (no Node.js >= 20 on PATH)"
     names = [name] if name else list(AGENT_NAMES)
