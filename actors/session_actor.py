@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pykka
@@ -73,6 +73,8 @@ class ActorDeps:
     on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
+    # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -156,8 +158,8 @@ class SessionActor(pykka.ThreadingActor):
     # -- work ----------------------------------------------------------------------------
 
     def _work(self) -> None:
-        if self.turn is not None or self.closing:
-            return
+        if self.turn is not None or self.closing or self.deps.stopping.is_set():
+            return  # a shutting-down process claims nothing: the work stays queued
         state, pending = self.store.session_work(self.session_id)
         if state is SessionState.CLOSED:
             self.stop()
@@ -173,9 +175,10 @@ class SessionActor(pykka.ThreadingActor):
             self.deps.slots.release(self.session_id)  # woken when a sibling's turn ends
             return
         if not self._ensure_agent():
-            self._continue()
+            if not self.deps.stopping.is_set():
+                self._continue()
             return
-        if not pending:
+        if not pending or self.deps.stopping.is_set():
             self.deps.slots.release(self.session_id)
             return
         collect = self.facts.queue_mode == "collect"
@@ -239,6 +242,11 @@ class SessionActor(pykka.ThreadingActor):
                     )
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
             self._discard(conn)
+            if self.deps.stopping.is_set():
+                # Cut short by the shutdown, not the agent's fault: not counted against the
+                # command; the next run starts the agent again.
+                log.info("session %s: agent start ended by shutdown: %s", self.session_id, exc)
+                return False
             error = str(exc) or type(exc).__name__
             agent_error = getattr(exc, "agent_error", None)
             self.store.write(

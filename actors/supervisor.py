@@ -52,7 +52,7 @@ class Supervisor:
             threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
             self.notify,
         )
-        self._stopping = threading.Event()
+        self._stopping = self._deps.stopping
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
         self.recovery = RecoveryReport()
         self.activations = 0

@@ -26,13 +26,18 @@ def has_long_digit_run(data: bytes) -> bool:
 
 
 def loads(data: bytes) -> Any:
-    """Parse JSON text (``ValueError`` when it is not JSON)."""
-    if has_long_digit_run(data):
-        return json.loads(data)
+    """Parse JSON text (``ValueError`` when it is not JSON, or nested too deeply: the
+    standard library raises ``RecursionError`` there, which no caller expects from bad
+    input, and a line of 1,100 ``[`` is 2.2 KB)."""
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)  # raises the standard library's error, with its message
+        if has_long_digit_run(data):
+            return json.loads(data)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return json.loads(data)  # raises the standard library's error, with its message
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def dumps(value: Any) -> bytes:

@@ -374,3 +374,49 @@ def test_db_and_config_are_accepted_after_the_subcommand_too(tmp_path: Path) -> 
         "--db",
         "x",
     ]
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
+    tmp_path: Path,
+) -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group. The agents are not in
+    it (each runs in its own group, under its reaper): they are not killed by it, nothing is
+    failed, and the same command run again finishes every task."""
+    import signal
+    import time
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "prompt": f"p{i}"}) + "\n" for i in range(4))
+    )
+    agent = f"{sys.executable} -m protocol.example_agent"
+    slow_start = f"sh -c 'sleep 2; exec {agent}'"  # still starting when Ctrl-C comes
+    db = tmp_path / "cp.db"
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(db), "batch", str(tasks)]
+    cmd += ["--agent", slow_start, "-j", "4"]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                try:
+                    started = conn.execute("select count(*) from sessions").fetchone()[0]
+                except sqlite3.OperationalError:
+                    continue
+            if started == 4:
+                break
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    with sqlite3.connect(db) as conn:
+        states = [r[0] for r in conn.execute("select state from commands")]
+    assert "failed" not in states, (states, err[-2000:])
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    assert sorted(r["status"] for r in results) == ["ok"] * 4

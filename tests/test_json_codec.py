@@ -43,3 +43,16 @@ def test_long_digit_runs_are_found(text: bytes, long_run: bool) -> None:
     assert json_codec.has_long_digit_run(text) is long_run
     if text:
         assert json_codec.loads(text) == json.loads(text)
+
+
+def test_json_nested_beyond_any_parser_is_a_value_error_not_a_recursion_error() -> None:
+    import pytest
+
+    from protocol import json_codec
+
+    for text in (b"[" * 1100 + b"]" * 1100, b'{"a":' * 5000 + b"1" + b"}" * 5000):
+        with pytest.raises(ValueError, match="nested too deeply"):
+            json_codec.loads(text)
+    digits = b"[" * 1100 + b"1" * 20 + b"]" * 1100  # the standard library's path
+    with pytest.raises(ValueError):
+        json_codec.loads(digits)

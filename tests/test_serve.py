@@ -223,6 +223,9 @@ def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: P
     try:
         assert send(b"{not json")["error"]["code"] == -32700
         assert send(b"[1, 2, 3]")["error"]["code"] == -32600
+        # Nested deeper than any parser recurses (orjson refuses it, the standard library
+        # raised RecursionError and serve shut down): a parse error, and serving goes on.
+        assert send(b"[" * 1100 + b"]" * 1100)["error"]["code"] == -32700
         assert (
             send(b'{"jsonrpc":"2.0","id":1,"method":"' + b"x" * 5000 + b'"}')["error"]["code"]
             == -32600
