@@ -47,4 +47,5 @@ def launch_agent(
         shutdown_timeout_s=settings.agent_shutdown_timeout_s,
         terminals_enabled=terminals,
         fs=profile.fs,
+        fs_limits=settings.fs_limits,
     )

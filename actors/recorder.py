@@ -34,7 +34,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors.text import TurnText
-from state_machines import ControlPlaneError
+from state_machines import ControlPlaneError, StoreUnavailable
 from store import NewEvent, Store, WriteContext
 from store import operations as ops
 
@@ -63,6 +63,7 @@ class StoreRecorder:
         self._handed = 0
         self._durable = 0
         self._error: BaseException | None = None
+        self._retry_delay = 0.0  # the backoff while the store refuses writes (0: it takes them)
         self._waiters: list[tuple[int, Future[None]]] = []
         self._text = TurnText()
 
@@ -189,7 +190,36 @@ class StoreRecorder:
         except ControlPlaneError as exc:  # the store is closed: fail what waits, loudly
             future = Future()
             future.set_exception(exc)
-        future.add_done_callback(lambda f: self._done(f, len(batch), after))
+        future.add_done_callback(lambda f: self._done(f, batch, after))
+
+    def _retry_later(self, written: list[Frame], after: list[After], exc: BaseException) -> None:
+        """The store refused the write for now (lock, disk full): nothing is dropped and
+        nothing reordered. The frames and the writes behind them go back to the front of
+        what is pending and are written again after a backoff (0.05 s doubling to 2 s);
+        whoever waits for them (a flush, a turn's outcome) keeps waiting until they commit."""
+        if not self._retry_delay:
+            log.warning(
+                "recording events of session %s: %s; retrying until the store takes them",
+                self.session_id,
+                exc,
+            )
+        self._retry_delay = min(2.0, max(0.05, self._retry_delay * 2))
+        with self._lock:
+            self._buffer[:0] = written
+            self._after[:0] = after
+            self._in_flight = False
+            self._armed = True  # new frames wait for the retry: it takes them along
+            loop = self._loop
+        delay = self._retry_delay
+        if loop is not None and loop.is_running():
+            try:
+                loop.call_soon_threadsafe(loop.call_later, delay, self._interval_over)
+                return
+            except RuntimeError:
+                pass  # the loop closed meanwhile
+        timer = threading.Timer(delay, self._interval_over)
+        timer.daemon = True
+        timer.start()
 
     def _append(self, ctx: WriteContext, batch: list[Frame]) -> None:
         run: list[tuple[str, str, Any]] = []
@@ -201,10 +231,19 @@ class StoreRecorder:
             run.append(event)
         ops.append_frames(ctx, self.session_id, run_command, run)
 
-    def _done(self, future: Future[list[tuple[bool, Any]]], count: int, after: list[After]) -> None:
+    def _done(
+        self, future: Future[list[tuple[bool, Any]]], written: list[Frame], after: list[After]
+    ) -> None:
         # Runs after the commit (or the failure): on the store's writer thread, or on the
         # submitting thread when the write had already failed.
         exc = future.exception()
+        count = len(written)
+        if isinstance(exc, StoreUnavailable):
+            self._retry_later(written, after, exc)
+            return
+        if self._retry_delay:
+            log.info("recording events of session %s works again", self.session_id)
+            self._retry_delay = 0.0
         with self._lock:
             if exc is not None and count:
                 log.error("recording events of session %s failed: %s", self.session_id, exc)

@@ -23,9 +23,16 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pykka
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from actors import turns
 from actors.launch import launch_for
@@ -52,6 +59,7 @@ from state_machines import (
     ControlPlaneError,
     SessionState,
     StaleEpoch,
+    StoreUnavailable,
 )
 from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, Store, WriteContext, queries
@@ -59,6 +67,7 @@ from store import operations as ops
 from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The parts of a session/new, load or resume answer that describe what the agent offers.
 SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
@@ -183,7 +192,7 @@ class SessionActor(pykka.ThreadingActor):
             return
         collect = self.facts.queue_mode == "collect"
         cap = self.deps.settings.max_running_children if parent_id else None
-        claimed = self.store.write(
+        claimed = self._write(
             lambda ctx: turns.begin_next(
                 ctx, self.session_id, self.epoch, collect, cap, self.context_kept
             )
@@ -249,7 +258,7 @@ class SessionActor(pykka.ThreadingActor):
                 return False
             error = str(exc) or type(exc).__name__
             agent_error = getattr(exc, "agent_error", None)
-            self.store.write(
+            self._write(
                 lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error, agent_error)
             )
             return False
@@ -272,7 +281,7 @@ class SessionActor(pykka.ThreadingActor):
             details["sessionSetup"] = setup
         tree = conn.process_tree
         capabilities = (session.agent.command, init.model_dump(by_alias=True, exclude_none=True))
-        self.store.write(
+        self._write(
             lambda ctx: turns.agent_started(
                 ctx,
                 self.session_id,
@@ -388,9 +397,19 @@ class SessionActor(pykka.ThreadingActor):
         """Commit a turn's end behind (and with) the turn's last recorded updates; raise
         what the write raised, as ``store.write`` would."""
         if self.recorder.failed:
-            self.store.write(fn)  # the frames are lost already; the outcome must not be
+            self._write(fn)  # the frames are lost already; the outcome must not be
             return
-        self.recorder.write_after(fn).result()
+        future = self.recorder.write_after(fn)
+        while True:  # the recorder retries while the store refuses writes; a shutdown ends it
+            try:
+                future.result(timeout=1.0)
+                return
+            except TimeoutError:
+                if self.deps.stopping.is_set():
+                    raise StoreUnavailable(
+                        f"session {self.session_id}: shutting down before the store took "
+                        "the turn's end; recovery finishes it at the next open"
+                    ) from None
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""
@@ -405,11 +424,11 @@ class SessionActor(pykka.ThreadingActor):
                 )
         except Exception as exc:
             error = str(exc) or type(exc).__name__
-            self.store.write(
+            self._write(
                 lambda ctx: turns.fail_simple(ctx, self.session_id, self.epoch, command.id, error)
             )
             return
-        self.store.write(
+        self._write(
             lambda ctx: turns.complete_simple(ctx, self.session_id, self.epoch, command.id, result)
         )
 
@@ -434,7 +453,7 @@ class SessionActor(pykka.ThreadingActor):
         if self.turn is not None:
             return  # the turn's own error reports it
         self.conn = None
-        self.store.write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
+        self._write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
 
     def _tick(self, now: float) -> None:
         self._notice_other_processes()
@@ -477,6 +496,34 @@ class SessionActor(pykka.ThreadingActor):
             self.deps.loop.submit(self.conn.cancel())
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[WriteContext], T]) -> T:
+        """A lifecycle write that must land (a turn's claim or end, an agent start or exit):
+        retried while the store refuses writes for now (its lock held elsewhere, the disk
+        full), so no session is left ``running`` with no turn or a command claimed by
+        nobody; the process shutting down ends the retries (recovery then finishes the
+        work at the next open). Other errors are raised at once."""
+        retrying = Retrying(
+            retry=retry_if_exception_type(StoreUnavailable),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            stop=stop_when_event_set(self.deps.stopping),
+            sleep=self._pause,
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        result: T = retrying(self.store.write, fn)
+        return result
+
+    def _pause(self, seconds: float) -> None:
+        self.deps.stopping.wait(seconds)  # a shutdown ends the pause (and the retries)
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        if state.attempt_number == 1 and state.outcome is not None:
+            log.warning(
+                "session %s: the store refused a write (%s); retrying until it takes it",
+                self.session_id,
+                state.outcome.exception(),
+            )
 
     def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
         try:

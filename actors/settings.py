@@ -9,7 +9,7 @@ from typing import Any
 
 from actors.agent_profiles import AgentProfiles
 from actors.client_mcp import ClientMcpServers
-from protocol.client import FsForward
+from protocol.client import FsForward, FsLimits
 from protocol.permissions import AskCallback, Decision, PermissionPolicy
 from protocol.prestart import PrestartPool
 from store import SubagentLimits
@@ -68,4 +68,6 @@ class RuntimeSettings:
     # this much to when an update is durable and forwarded; never delays a turn's outcome.
     record_interval_s: float = 0.004
     agent_shutdown_timeout_s: float = 2.0
+    # Agents' fs/read_text_file and fs/write_text_file: the most bytes and the longest time.
+    fs_limits: FsLimits = field(default_factory=FsLimits)
     log_dir: str = field(default_factory=default_log_dir)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         SessionState,
         StaleEpoch,
         StoreError,
+        StoreUnavailable,
     )
     from store import (
         AgentSpec,
@@ -86,6 +87,7 @@ __all__ = [
     "StaleEpoch",
     "StoreError",
     "StoreOptions",
+    "StoreUnavailable",
     "Synchronous",
 ]
 
@@ -116,6 +118,7 @@ _SOURCES: dict[str, str] = {
             "SessionState",
             "StaleEpoch",
             "StoreError",
+            "StoreUnavailable",
         ),
         "state_machines",
     ),

@@ -24,7 +24,7 @@ from typing import Any
 from control_plane.api import ControlPlane
 from control_plane.tasks import Task
 from protocol.atomic_file import write_text_atomically
-from state_machines import CommandState, SessionState
+from state_machines import CommandState, SessionState, StoreUnavailable
 from store import AgentSpec, CommandRecord, SessionRecord
 
 
@@ -65,6 +65,9 @@ class BatchOptions:
     agents: Callable[[str], tuple[AgentSpec, str | None]] | None = None  # per-task --agent
     extra_metadata: dict[str, Any] = field(default_factory=dict)
     queue_mode: str = "followup"
+    # Give up (StoreUnavailable, exit 1) once the store has refused every write this long:
+    # a full disk must not leave a batch hanging; the rerun finishes the work.
+    store_fault_s: float = 60.0
 
 
 class BatchRun:
@@ -167,6 +170,14 @@ class BatchRun:
         closed: set[str] = set()
         last_write = 0.0
         while True:
+            fault = self.cp.store.persistent_fault(self.options.store_fault_s)
+            if fault is not None:
+                raise StoreUnavailable(
+                    f"the store has refused every write for {self.options.store_fault_s:g}s "
+                    f"({fault}); nothing is lost: run the same command again once it takes "
+                    "writes",
+                    path=fault.path,
+                )
             counts = self.counts()
             if on_progress is not None:
                 on_progress(counts)

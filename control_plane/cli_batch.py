@@ -77,6 +77,7 @@ def run_batch(
         retry_failed=retry_failed,
         agents=config.agent,
         queue_mode=config.queue_mode.value,
+        store_fault_s=config.timeouts.store_fault_s,
     )
     with opened(ctx, run_sessions=True, max_running_turns=jobs) as cp:
         batch = BatchRun(cp, tasks, options)

@@ -24,6 +24,7 @@ from state_machines import (
     SessionClosed,
     SessionNotFound,
     StoreError,
+    StoreUnavailable,
 )
 
 if TYPE_CHECKING:  # heavy (pydantic, the SDK schema, SQLAlchemy): imported where used
@@ -85,6 +86,8 @@ def errors_as_exit() -> Iterator[None]:
     except ControlPlaneError as exc:  # input errors and StoreError are ControlPlaneErrors too
         if isinstance(exc, input_errors()):
             fail(str(exc), EXIT_USAGE)
+        if isinstance(exc, StoreUnavailable):  # the work could not go on; nothing is lost
+            fail(str(exc), EXIT_FAILED)
         if isinstance(exc, StoreError):
             fail(str(exc), EXIT_USAGE)
         fail(str(exc), EXIT_FAILED)

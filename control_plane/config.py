@@ -17,6 +17,8 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     cancel_grace_s = 5
     passivate_after_s = 300
     agent_start_s = 60
+    fs_s = 30                       # the longest an agent's fs read or write may take
+    store_fault_s = 60              # a batch exits 1 once the store refused writes this long
 
     [permissions]
     default = "ask"                   # allow | deny | ask
@@ -65,6 +67,8 @@ class Limits(_Strict):
     max_attempts: int = Field(3, ge=1, le=100)
     # Least time between two writes of one session's agent output (see actors/recorder.py).
     record_interval_ms: float = Field(4.0, ge=0, le=1000)
+    # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
+    fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)
 
 
 class Timeouts(_Strict):
@@ -72,6 +76,11 @@ class Timeouts(_Strict):
     cancel_grace_s: float = Field(5.0, ge=0)
     passivate_after_s: float = Field(300.0, gt=0)
     agent_start_s: float = Field(60.0, gt=0)
+    # The longest an agent's file operation may take (a slow disk, a network file system).
+    fs_s: float = Field(30.0, gt=0)
+    # How long a batch keeps going while the store refuses every write (disk full, a lock
+    # held elsewhere) before it exits 1; the rerun finishes the work.
+    store_fault_s: float = Field(60.0, gt=0)
 
 
 class Permissions(_Strict):
@@ -128,6 +137,7 @@ class Config(_Strict):
 
     def runtime_settings(self, **overrides: Any) -> RuntimeSettings:
         from actors.settings import RuntimeSettings
+        from protocol.client import FsLimits
         from protocol.permissions import PermissionPolicy
 
         values: dict[str, Any] = {
@@ -142,6 +152,7 @@ class Config(_Strict):
             ),
             "terminals_enabled": self.terminals,
             "agent_profiles": self.agent_profiles(),
+            "fs_limits": FsLimits(self.limits.fs_max_bytes, self.timeouts.fs_s),
             "log_dir": str(self.db_path.parent / "agent-logs"),
         }
         values.update(overrides)

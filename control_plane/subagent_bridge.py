@@ -4,10 +4,16 @@ Each session's agent gets an MCP server (``control_plane/mcp_server.py``, stdio,
 the agent from ``session/new``'s ``mcpServers``). That server forwards every tool call over a
 local Unix socket to this bridge, with the session id and a per-session secret.
 
-Security: the secret is HMAC-SHA256(key, session id) with a 32-byte key kept next to the
-store (mode 0600, created once), so it survives restarts and is never stored in the
-database. A request with a missing or wrong secret is refused. A session may only see and
-control its own descendants: every id a request names is checked against that tree.
+Security: the secret is HMAC-SHA256(key, session id) with a random 32-byte key that lives in
+this process's memory only: never on disk (an agent runs as the same user and can read any
+file the control plane can) and never in the database. A restarted process has a new key,
+and its agents are relaunched with the new secrets. A request with a missing or wrong secret
+is refused. A session may only see and control its own descendants: every id a request names
+is checked against that tree. Each process has a socket of its own (its pid in the name),
+removed only by that process, so two processes on one store never take each other's tools
+away. What the secret does not stop: a process of the same user that reads another
+process's environment (``/proc/PID/environ`` of a session's MCP server) learns that
+session's secret; run agents as another user where that matters.
 
 Wire format: one JSON object per line each way. Request ``{"session", "secret", "op",
 "args"}``; response ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
@@ -24,7 +30,6 @@ import os
 import secrets
 import sys
 import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.announce import status_of
@@ -45,31 +50,21 @@ class BridgeRefused(Exception):
     """A request the bridge will not carry out (bad secret, not a descendant, bad op)."""
 
 
-def load_key(store_path: str) -> bytes:
-    path = Path(f"{store_path}.subagent-key")
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        key = secrets.token_bytes(32)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(key)
-        return key
-
-
-def socket_path(store_path: str) -> str:
-    """Next to the store when the path fits a Unix socket (108 bytes), else in the temp dir."""
-    beside = f"{store_path}.sock"
+def socket_path(store_path: str, pid: int | None = None) -> str:
+    """This process's socket: next to the store when the path fits a Unix socket (108
+    bytes), else in the temp dir; the pid keeps two processes on one store apart."""
+    pid = os.getpid() if pid is None else pid
+    beside = f"{store_path}.{pid}.sock"
     if len(beside.encode()) < 100:
         return beside
     digest = hashlib.sha256(store_path.encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"acpctl-{digest}.sock")
+    return os.path.join(tempfile.gettempdir(), f"acpctl-{digest}.{pid}.sock")
 
 
 class SubagentBridge:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
-        self.key = load_key(cp.store.path)
+        self.key = secrets.token_bytes(32)  # this process's only: see the module docstring
         self.path = socket_path(cp.store.path)
         self._server: asyncio.AbstractServer | None = None
 

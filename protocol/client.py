@@ -8,8 +8,13 @@ models (dropping unknown kinds) and runs each in its own task. The raw tap in
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from acp import RequestError
 from acp.schema import (
     CreateTerminalResponse,
     EnvVariable,
@@ -24,7 +29,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from protocol.fs import Confinement
+from protocol.fs import DEFAULT_MAX_BYTES, Confinement
 from protocol.permissions import PermissionBroker
 from protocol.terminals import TerminalManager
 
@@ -42,6 +47,19 @@ class FsForward(Protocol):
     async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None: ...
 
 
+# Workers for agents' file operations, shared by every session of the process.
+_FS_WORKERS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="acp-fs")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FsLimits:
+    """``limits.fs_max_bytes`` and ``timeouts.fs_s`` of the configuration."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    timeout_s: float = 30.0
+
+
 class ControlPlaneClient:
     """Duck-typed ``acp.Client`` (not a subclass: an unimplemented method must answer -32601,
     which the SDK only does for methods that do not exist)."""
@@ -52,11 +70,28 @@ class ControlPlaneClient:
         permissions: PermissionBroker,
         terminals: TerminalManager,
         fs_forward: FsForward | None = None,
+        fs_limits: FsLimits | None = None,
     ) -> None:
         self.confinement = confinement
         self.permissions = permissions
         self.terminals = terminals
         self.fs_forward = fs_forward
+        self.fs_limits = fs_limits or FsLimits()
+        # One file operation of this agent at a time: a session that reads a slow or huge
+        # file waits on itself, never takes every worker from the other sessions.
+        self._fs_turn = asyncio.Semaphore(1)
+
+    async def _off_loop(self, path: str, fn: Callable[[], T]) -> T:
+        """``fn`` (blocking file I/O) on the shared fs workers, bounded in time: the protocol
+        loop serves every session's agent and must never wait on a disk or a FIFO."""
+        async with self._fs_turn:
+            future = asyncio.get_running_loop().run_in_executor(_FS_WORKERS, fn)
+            try:
+                return await asyncio.wait_for(future, self.fs_limits.timeout_s)
+            except TimeoutError:
+                raise RequestError.internal_error(
+                    {"path": path, "reason": f"took over {self.fs_limits.timeout_s:g}s"}
+                ) from None
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         return None  # persisted by the raw tap, in wire order, verbatim
@@ -82,7 +117,11 @@ class ControlPlaneClient:
             self.confinement.resolve(path)  # refused here even if the client would allow it
             content = await self.fs_forward.read_text_file(session_id, path, line, limit)
             return ReadTextFileResponse(content=content)
-        return ReadTextFileResponse(content=self.confinement.read_text(path, line, limit))
+        max_bytes = self.fs_limits.max_bytes
+        content = await self._off_loop(
+            path, lambda: self.confinement.read_text(path, line, limit, max_bytes)
+        )
+        return ReadTextFileResponse(content=content)
 
     async def write_text_file(
         self, session_id: str, path: str, content: str, **_: Any
@@ -91,7 +130,8 @@ class ControlPlaneClient:
             self.confinement.resolve(path)
             await self.fs_forward.write_text_file(session_id, path, content)
             return WriteTextFileResponse()
-        self.confinement.write_text(path, content)
+        max_bytes = self.fs_limits.max_bytes
+        await self._off_loop(path, lambda: self.confinement.write_text(path, content, max_bytes))
         return WriteTextFileResponse()
 
     async def create_terminal(

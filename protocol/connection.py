@@ -46,7 +46,7 @@ from acp.utils import serialize_params
 from pydantic import BaseModel
 
 from protocol import json_codec, sdk_logging
-from protocol.client import ControlPlaneClient, FsForward
+from protocol.client import ControlPlaneClient, FsForward, FsLimits
 from protocol.fs import Confinement
 from protocol.permissions import PermissionBroker
 from protocol.prestart import AdoptedProcess, Prestarted, adopt
@@ -108,6 +108,7 @@ class AgentLaunch:
     terminals_enabled: bool = False
     # Advertise fs/* to the agent (off for agents that cannot create files through it).
     fs: bool = True
+    fs_limits: FsLimits = field(default_factory=FsLimits)
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class AgentConnection:
             permissions,
             TerminalManager(confinement, dict(launch.env), launch.terminals_enabled),
             fs_forward,
+            launch.fs_limits,
         )
         self._stack = AsyncExitStack()
         self._conn: ClientSideConnection | None = None

@@ -16,6 +16,7 @@ from state_machines.errors import (
     SessionNotFound,
     StaleEpoch,
     StoreError,
+    StoreUnavailable,
 )
 from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, SessionState
 from state_machines.table import TransitionTable
@@ -42,5 +43,6 @@ __all__ = [
     "SessionState",
     "StaleEpoch",
     "StoreError",
+    "StoreUnavailable",
     "TransitionTable",
 ]

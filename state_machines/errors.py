@@ -18,6 +18,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
     │   └── AgentExited        the agent process ended while a request was in flight
     └── StoreError             the database could not be used (locked, corrupt, not SQLite)
+        └── StoreUnavailable   a write refused for now (lock held, disk full, I/O): retryable
 
 The tree lives in ``state_machines`` only because that is the bottom of the import graph
 (``control_plane -> actors -> {protocol, store} -> state_machines``): every layer can raise
@@ -165,3 +166,9 @@ class StoreError(ControlPlaneError):
     def __init__(self, message: str, path: str | None = None) -> None:
         self.path = path
         super().__init__(message)
+
+
+class StoreUnavailable(StoreError):
+    """A write the store could not take *for now*: its lock held elsewhere past the lock
+    timeout, the disk full, an I/O error. Nothing of it was written; the same write may
+    succeed later, and the control plane's own lifecycle writes are retried until it does."""

@@ -21,7 +21,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from state_machines.errors import StoreError
+from state_machines.errors import StoreUnavailable
 
 T = TypeVar("T")
 
@@ -52,7 +52,7 @@ def retry_on_lock(fn: Callable[[], T], deadline_s: float, path: str) -> T:
     try:
         return retrying(fn)
     except RetryError as exc:
-        raise StoreError(
+        raise StoreUnavailable(
             f"{path} stayed locked by another process for {deadline_s:.1f}s; "
             "stop the other process or raise lock_timeout",
             path=path,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
 
-from state_machines import SessionNotFound, SessionState, StoreError
+from state_machines import SessionNotFound, SessionState, StoreError, StoreUnavailable
 from store import hot_sql as hot
 from store import operations as ops
 from store import queries
@@ -282,6 +283,14 @@ class Store:
 
     def advance_checkpoint(self, binding_id: str, seq: int) -> int:
         return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
+
+    def persistent_fault(self, min_s: float) -> StoreUnavailable | None:
+        """The store's last refusal, when every write has failed (lock, disk full, I/O) for
+        at least ``min_s`` seconds; None while it takes writes."""
+        since = self._writer.fault_since
+        if since is None or time.monotonic() - since < min_s:
+            return None
+        return self._writer.last_fault
 
     def recover(self, me: str | None = None, include_mine: bool = True) -> RecoveryReport:
         """Recover interrupted work (see ``operations.recover``). Without ``include_mine``

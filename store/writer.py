@@ -17,6 +17,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import Connection, Engine
 
-from state_machines.errors import StoreError
+from state_machines.errors import StoreError, StoreUnavailable
 from store.retry import is_locked_error, retry_on_lock
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,10 @@ class GroupCommitWriter:
         self._closed = False
         self._close_lock = threading.Lock()
         self.batches = 0  # transactions committed (for benchmarks and tests)
+        # Since when (monotonic) every batch failed as a whole (lock, disk, I/O), and the
+        # last such error; None again after the next commit.
+        self.fault_since: float | None = None
+        self.last_fault: StoreUnavailable | None = None
         self.writes = 0  # writes acknowledged
         self._thread.start()
 
@@ -236,10 +241,14 @@ class GroupCommitWriter:
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
         except BaseException as exc:
-            error = exc if isinstance(exc, StoreError) else _as_store_error(exc, self._path)
+            error = _as_unavailable(exc, self._path)
+            if self.fault_since is None:
+                self.fault_since = time.monotonic()
+            self.last_fault = error
             for req in live:
                 req.resolve(False, error)
             return
+        self.fault_since = None  # the store takes writes again
         self.batches += 1
         self.writes += len(live)
         # Callers first: a hook that is slow must not delay an acknowledgement.
@@ -325,7 +334,10 @@ def _is_connection_level(exc: BaseException) -> bool:
     return "disk i/o error" in text or "database or disk is full" in text
 
 
-def _as_store_error(exc: BaseException, path: str) -> StoreError:
-    err = StoreError(f"write to {path} failed: {exc}", path=path)
+def _as_unavailable(exc: BaseException, path: str) -> StoreUnavailable:
+    """A whole batch failed (not one write's own error): the lock, the disk, I/O."""
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    err = StoreUnavailable(f"write to {path} failed: {exc}", path=path)
     err.__cause__ = exc
     return err

@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from control_plane.subagent_bridge import call_bridge
 from state_machines import SessionState
 from tests.cp_harness import example_agent, open_cp
@@ -104,3 +106,40 @@ def test_bridge_refuses_wrong_or_missing_secrets_and_other_sessions_children(
         assert cp.get(b_child).state is not SessionState.CLOSED
         theirs = ask(b, bridge.secret_for(b), "list_subagents", {})
         assert [c["id"] for c in theirs["result"]] == [b_child]
+
+
+@pytest.mark.timeout(60)
+def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_is_on_disk(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    with open_cp(tmp_path) as cp:
+        bridge = cp._bridge
+        assert bridge is not None
+        session = cp.spawn(example_agent(tmp_path), tmp_path).session.id
+        other = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys, time\n"
+                "from control_plane import ControlPlane\n"
+                "cp = ControlPlane.open(sys.argv[1])\n"
+                "print('open', flush=True)\n"
+                "time.sleep(30)\n",
+                str(tmp_path / "cp.db"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert other.stdout is not None and other.stdout.readline().strip() == "open"
+            request = {"session": session, "secret": bridge.secret_for(session)}
+            answer = call_bridge(bridge.path, {**request, "op": "list_subagents", "args": {}})
+            assert answer == {"ok": True, "result": []}  # the first process's tools still work
+        finally:
+            other.kill()
+            other.wait(10)
+        leftovers = [p.name for p in tmp_path.iterdir() if "key" in p.name]
+        assert leftovers == []  # the key that makes the secrets lives in memory only

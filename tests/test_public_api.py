@@ -52,6 +52,7 @@ PINNED_ALL = [
     "StaleEpoch",
     "StoreError",
     "StoreOptions",
+    "StoreUnavailable",
     "Synchronous",
 ]
 
