@@ -54,6 +54,7 @@ import sys
 import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -287,7 +288,26 @@ async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name
         return now() - start
 
 
-async def measure_ready(workdir: str, rounds: int) -> dict[str, Any]:
+def real_agent_sides(
+    workdir: str, name: str, base_url: str
+) -> tuple[list[str], dict[str, str], list[str], dict[str, str]]:
+    """A real agent (``tests/real_agents``: Claude Code, Codex or Gemini CLI against the
+    stand-in model server): its argv and env directly, and acpctl serve configured with it
+    by name (the env in the config file, as a user would)."""
+    from tests.real_agents.agents import launch
+
+    agent = launch(name, base_url, Path(workdir) / f"home-{name}")
+    config = Path(workdir) / "real-agent.toml"
+    env_table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in agent.env.items())
+    config.write_text(
+        f"[agents.{name}]\ncommand = {json.dumps(agent.argv)}\nenv = {{ {env_table} }}\n"
+    )
+    serve_env = {**child_env(workdir), "ACPCTL_CONFIG": str(config)}
+    serve_argv = acpctl_argv(os.path.join(workdir, f"ready-{name}.db"), "serve", "--agent", name)
+    return serve_argv, serve_env, list(agent.argv), dict(agent.env)
+
+
+async def measure_ready(workdir: str, rounds: int, real_agent: str | None = None) -> dict[str, Any]:
     """Start to session ready, serve against direct, interleaved (the order alternates). One
     untimed serve start first: the very first serve of an agent command starts the agent
     once to learn its capabilities (then kept in the store); every later start answers
@@ -296,18 +316,28 @@ async def measure_ready(workdir: str, rounds: int) -> dict[str, Any]:
     backend = shlex.join(example_agent_argv(os.path.join(workdir, "ready-agent-state.json")))
     serve_argv = acpctl_argv(os.path.join(workdir, "ready.db"), "serve", "--agent", backend)
     direct_argv = example_agent_argv(os.path.join(workdir, "ready-direct-state.json"))
-    progress(f"start to session ready: {rounds} rounds per side")
-    first = await time_to_ready(serve_argv, workdir, env, SERVE)
-    times: dict[str, list[float]] = {SERVE: [], DIRECT: []}
-    for r in range(rounds):
-        order = [(SERVE, serve_argv), (DIRECT, direct_argv)]
-        for name, argv in order if r % 2 == 0 else order[::-1]:
-            times[name].append(await time_to_ready(argv, workdir, env, name))
+    serve_env = direct_env = env
+    async with AsyncExitStack() as stack:
+        if real_agent is not None:
+            from tests.real_agents.model_server import ModelServer
+
+            server = stack.enter_context(ModelServer())
+            serve_argv, serve_env, direct_argv, direct_env = real_agent_sides(
+                workdir, real_agent, server.base_url
+            )
+        progress(f"start to session ready: {rounds} rounds per side")
+        first = await time_to_ready(serve_argv, workdir, serve_env, SERVE)
+        times: dict[str, list[float]] = {SERVE: [], DIRECT: []}
+        sides = [(SERVE, serve_argv, serve_env), (DIRECT, direct_argv, direct_env)]
+        for r in range(rounds):
+            for name, argv, side_env in sides if r % 2 == 0 else sides[::-1]:
+                times[name].append(await time_to_ready(argv, workdir, side_env, name))
     serve_s, direct_s = median(times[SERVE]), median(times[DIRECT])
     ratio = serve_s / direct_s
     paired = median([a / b for a, b in zip(times[SERVE], times[DIRECT], strict=True)])
     return {
         "rounds": rounds,
+        "backend": real_agent or "example agent",
         "first_serve_s": first,
         "serve_s": times[SERVE],
         "direct_s": times[DIRECT],
@@ -476,7 +506,8 @@ def print_report(report: dict[str, Any]) -> None:
     if ready_report is not None:
         verdict = "MET" if ready_report["target"]["met"] else "NOT MET"
         print(
-            f"start to session ready ({ready_report['rounds']} fresh processes per side, "
+            f"start to session ready, {ready_report['backend']} "
+            f"({ready_report['rounds']} fresh processes per side, "
             f"interleaved; the store already knows the agent's capabilities): serve "
             f"{ready_report['median_serve_s']:.2f} s, direct "
             f"{ready_report['median_direct_s']:.2f} s (medians) = "
@@ -545,6 +576,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-batch", action="store_true", help="measure only the turns")
     parser.add_argument(
+        "--real-agent",
+        choices=("claude", "codex", "gemini"),
+        default=None,
+        help="start-to-ready with a real agent against the stand-in model server "
+        "(needs `npm ci --prefix tests/real_agents`)",
+    )
+    parser.add_argument(
         "--ready-rounds",
         type=positive_int,
         default=DEFAULT_READY_ROUNDS,
@@ -564,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = tempfile.mkdtemp(prefix="acp-serve-bench-", dir=args.dir)
     try:
-        ready = asyncio.run(measure_ready(workdir, args.ready_rounds))
+        ready = asyncio.run(measure_ready(workdir, args.ready_rounds, args.real_agent))
         raw_turns = asyncio.run(measure_turns(workdir, args.turns, args.warmup, args.chunks))
         batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
     finally:
