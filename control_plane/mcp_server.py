@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-from control_plane.subagent_bridge import SECRET_ENV, call_bridge
+from control_plane.bridge_wire import SECRET_ENV, call_bridge
 
 
 def build_server(socket_path: str, session_id: str, secret: str) -> Any:

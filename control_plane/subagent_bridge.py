@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.announce import status_of
 from control_plane.agents import agent_from_command
+from control_plane.bridge_wire import SECRET_ENV
 from state_machines import ControlPlaneError, SessionState
 from store import operations as ops
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SECRET_ENV = "ACPCTL_SUBAGENT_SECRET"
 MAX_REQUEST_BYTES = 1024 * 1024
 
 
@@ -220,21 +220,3 @@ class SubagentBridge:
             )
         command = self.cp.prompt(child, str(args.get("message") or ""))
         return {"id": child, "commandId": command.id}
-
-
-def call_bridge(path: str, request: dict[str, Any], timeout: float = 600) -> dict[str, Any]:
-    """A blocking client for the bridge (used by the MCP server process and by tests)."""
-    import socket
-
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        sock.sendall(json.dumps(request).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer: dict[str, Any] = json.loads(data)
-    return answer

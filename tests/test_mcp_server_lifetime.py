@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.subagent_bridge import SECRET_ENV
+from control_plane.bridge_wire import SECRET_ENV
 
 
 @pytest.mark.timeout(60)

@@ -90,7 +90,8 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 @pytest.fixture
 def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "8m"):
+    # Room for the store and its WAL (SQLite keeps up to ~4 MiB of WAL between checkpoints).
+    if not _mount_tmpfs(disk, "32m"):
         pytest.skip("mounting a small tmpfs needs root and mount(8) (a container may refuse)")
     try:
         yield disk
@@ -99,14 +100,15 @@ def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def _fill(disk: Path) -> Path:
+    """Take every free byte of ``disk`` (the file is what to delete to free it again)."""
     filler = disk / "filler"
-    with filler.open("wb") as fh:
-        try:
+    try:
+        with filler.open("wb") as fh:
             while True:
                 fh.write(b"\0" * 65536)
                 fh.flush()
-        except OSError:
-            pass
+    except OSError:  # full: the point (also when the store's writes filled it first)
+        pass
     return filler
 
 
@@ -130,7 +132,7 @@ def test_a_full_disk_for_a_while_wedges_no_session_and_the_work_finishes_after(
         ]
         filler = _fill(small_disk)
         time.sleep(2.0)
-        filler.unlink()
+        filler.unlink(missing_ok=True)
         for command in commands:
             outcome = cp.wait(command.id, 60)
             assert outcome.state is CommandState.COMPLETED, outcome
@@ -163,7 +165,7 @@ def test_a_batch_on_a_disk_that_stays_full_exits_1_and_the_rerun_finishes(
     full = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert full.returncode != 0, full.stderr[-2000:]
     assert time.monotonic() - started < 60  # it gave up instead of hanging
-    filler.unlink()
+    filler.unlink(missing_ok=True)
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
     assert again.returncode == 0, again.stderr[-2000:]
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
