@@ -64,7 +64,3 @@ class AgentProfiles:
         """Names a stored spec was configured with that no current source supplies."""
         profile = self.get(spec.name)
         return [n for n in spec.env_names if n not in profile.env and n not in profile.passthrough]
-
-    def names(self) -> Iterable[str]:
-        with self._lock:
-            return tuple(self._profiles)

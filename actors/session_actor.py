@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 import pykka
 from tenacity import (
-    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_when_event_set,
@@ -503,12 +502,15 @@ class SessionActor(pykka.ThreadingActor):
         full), so no session is left ``running`` with no turn or a command claimed by
         nobody; the process shutting down ends the retries (recovery then finishes the
         work at the next open). Other errors are raised at once."""
+        try:
+            return self.store.write(fn)  # the common case pays nothing for the retrying
+        except StoreUnavailable as exc:
+            self._log_refused(exc)
         retrying = Retrying(
             retry=retry_if_exception_type(StoreUnavailable),
             wait=wait_exponential(multiplier=0.05, max=2.0),
             stop=stop_when_event_set(self.deps.stopping),
             sleep=self._pause,
-            before_sleep=self._log_retry,
             reraise=True,
         )
         result: T = retrying(self.store.write, fn)
@@ -517,13 +519,12 @@ class SessionActor(pykka.ThreadingActor):
     def _pause(self, seconds: float) -> None:
         self.deps.stopping.wait(seconds)  # a shutdown ends the pause (and the retries)
 
-    def _log_retry(self, state: RetryCallState) -> None:
-        if state.attempt_number == 1 and state.outcome is not None:
-            log.warning(
-                "session %s: the store refused a write (%s); retrying until it takes it",
-                self.session_id,
-                state.outcome.exception(),
-            )
+    def _log_refused(self, exc: StoreUnavailable) -> None:
+        log.warning(
+            "session %s: the store refused a write (%s); retrying until it takes it",
+            self.session_id,
+            exc,
+        )
 
     def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
         try:

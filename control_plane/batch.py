@@ -171,6 +171,8 @@ class BatchRun:
         last_write = 0.0
         while True:
             fault = self.cp.store.persistent_fault(self.options.store_fault_s)
+            if fault is not None and not isinstance(fault, StoreUnavailable):
+                raise fault  # the store file is gone: its own message says what to do
             if fault is not None:
                 raise StoreUnavailable(
                     f"the store has refused every write for {self.options.store_fault_s:g}s "

@@ -276,6 +276,8 @@ class ServeAgent:
     async def close_session(self, session_id: str, **_: Any) -> None:
         await self._session(session_id)
         await asyncio.to_thread(self.cp.close_session, session_id, "closed by the ACP client")
+        # A closed session launches no agent again: its MCP credentials leave memory.
+        self.cp.supervisor.settings.client_mcp.forget(session_id)
 
     # -- turns ---------------------------------------------------------------------------
 

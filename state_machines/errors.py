@@ -113,10 +113,10 @@ class LimitExceeded(ControlPlaneError):
         super().__init__(f"limit {limit}={value} exceeded" + (f": {detail}" if detail else ""))
 
 
-class AgentStartFailed(ControlPlaneError):
-    """The agent could not be started. ``agent_error``: the agent's own JSON-RPC error
-    (``{"code", "message", "data"}``) when it refused (e.g. -32000 authentication required),
-    passed through to clients unchanged."""
+class _AgentFailure(ControlPlaneError):
+    """What the agent errors share: the session, and the agent's own JSON-RPC error
+    (``{"code", "message", "data"}``) when it answered with one, passed through to clients
+    unchanged (-32000 "Authentication required" stays -32000)."""
 
     def __init__(
         self,
@@ -129,19 +129,12 @@ class AgentStartFailed(ControlPlaneError):
         super().__init__(message)
 
 
-class AgentProtocolError(ControlPlaneError):
-    """The agent broke the protocol, died, or answered a request with an error
-    (``agent_error`` as for ``AgentStartFailed``)."""
+class AgentStartFailed(_AgentFailure):
+    """The agent could not be started (or refused to start a session)."""
 
-    def __init__(
-        self,
-        message: str,
-        session_id: str | None = None,
-        agent_error: dict[str, Any] | None = None,
-    ) -> None:
-        self.session_id = session_id
-        self.agent_error = agent_error
-        super().__init__(message)
+
+class AgentProtocolError(_AgentFailure):
+    """The agent broke the protocol, died, or answered a request with an error."""
 
 
 class AgentExited(AgentProtocolError):

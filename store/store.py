@@ -19,7 +19,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
 
-from state_machines import SessionNotFound, SessionState, StoreError, StoreUnavailable
+from state_machines import SessionNotFound, SessionState, StoreError
 from store import hot_sql as hot
 from store import operations as ops
 from store import queries
@@ -284,9 +284,12 @@ class Store:
     def advance_checkpoint(self, binding_id: str, seq: int) -> int:
         return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
 
-    def persistent_fault(self, min_s: float) -> StoreUnavailable | None:
+    def persistent_fault(self, min_s: float) -> StoreError | None:
         """The store's last refusal, when every write has failed (lock, disk full, I/O) for
-        at least ``min_s`` seconds; None while it takes writes."""
+        at least ``min_s`` seconds, or at once when its file was deleted or replaced under
+        it (then for good); None while it takes writes."""
+        if self._writer.fatal is not None:
+            return self._writer.fatal
         since = self._writer.fault_since
         if since is None or time.monotonic() - since < min_s:
             return None

@@ -14,6 +14,7 @@ commit, in order; an exception there is logged and never undoes the commit.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -180,6 +181,9 @@ class GroupCommitWriter:
         # Since when (monotonic) every batch failed as a whole (lock, disk, I/O), and the
         # last such error; None again after the next commit.
         self.fault_since: float | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
+        # Set for good once the file was found deleted or replaced: nothing is written again.
+        self.fatal: StoreError | None = None
         self.last_fault: StoreUnavailable | None = None
         self.writes = 0  # writes acknowledged
         self._thread.start()
@@ -217,6 +221,8 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         with self._engine.connect() as conn:
+            # The file exists once the driver is connected (SQLite creates it on open).
+            self._identity = _file_identity(self._path)
             stopping = False
             while not stopping:
                 first = self._queue.get()
@@ -236,6 +242,12 @@ class GroupCommitWriter:
 
     def _commit_batch(self, conn: Connection, batch: list[_Request[Any]]) -> None:
         live = [r for r in batch if r.start()]
+        gone = self.fatal or self._file_gone()
+        if gone is not None:
+            self.fatal = gone
+            for req in live:
+                req.resolve(False, gone)
+            return
         try:
             outcomes, hooks, commit = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
@@ -262,6 +274,22 @@ class GroupCommitWriter:
                 hook()
             except Exception:  # a notification must never undo or block a commit
                 log.exception("after-commit hook failed")
+
+    def _file_gone(self) -> StoreError | None:
+        """The store's file deleted or replaced under the open connection: SQLite would go on
+        writing to the unlinked inode, and every write acknowledged from then on would be
+        lost with it. Refused instead, loudly (one ``stat`` per batch)."""
+        if self._identity is None:
+            return None
+        if _file_identity(self._path) == self._identity:
+            return None
+        log.error("store %s was deleted or replaced while open; refusing writes", self._path)
+        return StoreError(
+            f"the store file {self._path} was deleted or replaced while this process had it "
+            "open; writes are refused (they would be lost). Restore the file or restart on "
+            "the new one",
+            path=self._path,
+        )
 
     @staticmethod
     def _run_transaction(
@@ -324,6 +352,14 @@ class GroupCommitWriter:
             if conn.in_transaction():
                 conn.rollback()  # only SQLAlchemy's bookkeeping: the driver is done
         return outcomes, hooks, commit
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _is_connection_level(exc: BaseException) -> bool:

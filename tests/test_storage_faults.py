@@ -170,3 +170,23 @@ def test_a_batch_on_a_disk_that_stays_full_exits_1_and_the_rerun_finishes(
     assert again.returncode == 0, again.stderr[-2000:]
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in results) == ["ok"] * 3
+
+
+@pytest.mark.timeout(60)
+def test_a_store_file_deleted_under_a_running_control_plane_refuses_writes_loudly(
+    tmp_path: Path,
+) -> None:
+    """SQLite goes on writing into an unlinked file: every write acknowledged after the
+    delete would be gone at the next open. The writer notices and refuses instead."""
+    from state_machines import StoreError
+
+    db = tmp_path / "cp.db"
+    with _open(tmp_path, db) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        assert spawned.command is not None
+        cp.wait(spawned.command.id, 60)
+        for side in tmp_path.glob("cp.db*"):
+            side.unlink()
+        with pytest.raises(StoreError, match="deleted or replaced"):
+            cp.prompt(spawned.session.id, "after the delete")
+        assert cp.store.persistent_fault(3600) is not None  # a batch would stop at once
