@@ -106,14 +106,14 @@ class ServeAgent:
         client_capabilities: Any = None,
         client_info: Any = None,
         **_: Any,
-    ) -> InitializeResponse:
+    ) -> dict[str, Any]:
         fs = getattr(client_capabilities, "fs", None)
         self.client_fs = bool(fs and fs.read_text_file and fs.write_text_file)
         if self.backend_init is None:
             self.backend_init = await asyncio.to_thread(self._backend_initialize)
         caps = self.backend_init.get("agentCapabilities") or {}
         prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})
-        return InitializeResponse(
+        answer = InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=True,
@@ -124,10 +124,12 @@ class ServeAgent:
                     resume=SessionResumeCapabilities(),
                 ),
             ),
-            # The backend's: a client that gets -32000 from session/new knows how to log in.
-            auth_methods=self.backend_init.get("authMethods") or [],
             agent_info=SERVE_INFO,
-        )
+        ).model_dump(mode="json", by_alias=True, exclude_none=True)
+        # The backend's auth methods, as it sent them (kinds the SDK's models do not know
+        # included): a client that gets -32000 from session/new knows how to log in.
+        answer["authMethods"] = self.backend_init.get("authMethods") or []
+        return answer
 
     def _backend_initialize(self) -> dict[str, Any]:
         """What the backend agent answers to ``initialize``: from the store, where every

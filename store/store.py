@@ -84,6 +84,18 @@ class Store:
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
             raise StoreError(f"directory {parent} does not exist; create it first", path=path)
+        if os.path.isdir(path):
+            raise StoreError(
+                f"{path} is a directory; --db names the store file itself "
+                f"(e.g. {os.path.join(path, 'acpctl.db')})",
+                path=path,
+            )
+        if os.statvfs(parent).f_flag & os.ST_RDONLY:
+            raise StoreError(
+                f"{parent} is on a read-only file system; a store needs to write its file and "
+                "the -wal and -shm files beside it: put it on writable storage",
+                path=path,
+            )
         check_database_file(path, options.integrity_check)
         settings = EngineSettings(
             synchronous=options.synchronous,

@@ -14,7 +14,7 @@ import pytest
 
 from control_plane import CommandState
 from protocol.proc_tree import MARKER_ENV
-from store import Store
+from store import AgentSpec, Store
 from tests.cp_harness import open_cp
 from tests.tree_driver import tree_agent
 
@@ -123,3 +123,22 @@ def test_a_leftover_tree_whose_reaper_was_sigkilled_is_killed_before_the_session
         started = [e for e in cp.events(spawned.session.id) if e.kind == "agent_started"]
         assert started[-1].payload.get("leftoversKilled", 0) >= 1
         assert _tree_pids(marker) == []
+
+
+@pytest.mark.timeout(120)
+def test_an_agent_that_exits_mid_turn_ends_the_turn_although_a_child_holds_its_stdout(
+    tmp_path: Path,
+) -> None:
+    """The child inherited the agent's stdout: before the reaper, the pipe stayed open and
+    the turn hung until its timeout. The reaper kills what the agent leaves when it exits."""
+    import shlex
+
+    agent = shlex.join([sys.executable, "-m", "protocol.example_agent"])
+    spec = AgentSpec("leaky", ("sh", "-c", f"sleep 300 & exec {agent}"))
+    with open_cp(tmp_path, turn_timeout_s=90) as cp:
+        spawned = cp.spawn(spec, tmp_path, "#crash")
+        assert spawned.command is not None
+        started = time.monotonic()
+        outcome = cp.wait(spawned.command.id, 60)
+        assert outcome.state is CommandState.FAILED
+        assert time.monotonic() - started < 30  # not the 90 s turn timeout

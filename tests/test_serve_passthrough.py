@@ -206,3 +206,27 @@ def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -
     # The adopted agent wrote to serve's own log; no launch of the session's own happened.
     assert f"{sid}.stderr.log" not in logs
     assert any(name.startswith("serve-") for name in logs), logs
+
+
+@pytest.mark.timeout(120)
+def test_session_new_refuses_a_missing_cwd_and_a_reused_key_with_invalid_params(
+    tmp_path: Path,
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+
+    async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> list[int]:
+        codes = []
+        for cwd, key in ((tmp_path / "missing", "a"), (tmp_path, "k"), (other, "k")):
+            params = {"cwd": str(cwd), "mcpServers": [], "_meta": {"idempotencyKey": key}}
+            try:
+                await _raw(conn, AGENT_METHODS["session_new"], params)
+                codes.append(0)
+            except RequestError as exc:
+                codes.append(exc.code)
+        return codes
+
+    codes = asyncio.run(_drive(_serve(tmp_path), tmp_path, body))
+    # A cwd that does not exist, refused before anything is spawned; the key's first use
+    # works; the same key with another cwd is the client's mistake, not an internal error.
+    assert codes == [-32602, 0, -32602]

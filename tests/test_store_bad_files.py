@@ -132,3 +132,42 @@ def test_open_while_another_process_holds_the_write_lock_can_still_read(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_directory_named_as_the_store_is_a_clear_error(tmp_path: Path) -> None:
+    from state_machines import StoreError
+    from store import Store
+
+    with pytest.raises(StoreError, match="is a directory; --db names the store file"):
+        Store.open(tmp_path)
+
+
+def test_a_store_on_read_only_media_is_a_clear_error_not_corrupt(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    from state_machines import StoreError
+    from store import Store
+
+    media = tmp_path / "media"
+    media.mkdir()
+    mounted = os.geteuid() == 0 and shutil.which("mount") is not None
+    mounted = (
+        mounted
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(media)], capture_output=True
+        ).returncode
+        == 0
+    )
+    if not mounted:
+        pytest.skip("needs root and mount(8) to make read-only media (a container may refuse)")
+    try:
+        Store.open(media / "cp.db").close()
+        subprocess.run(["mount", "-o", "remount,ro", str(media)], check=True)
+        before = (media / "cp.db").read_bytes()
+        with pytest.raises(StoreError, match="read-only file system"):
+            Store.open(media / "cp.db")
+        assert (media / "cp.db").read_bytes() == before
+    finally:
+        subprocess.run(["umount", "-l", str(media)], check=False)
