@@ -62,6 +62,7 @@ class DeliveryService:
         # which calls start() and clears this.
         self._unbound: set[str] = set()
         self._timers: dict[str, threading.Timer] = {}
+        self._scheduling = 0  # commits handed to the pool and not yet scheduled
         self._wait = wait_random_exponential(multiplier=0.05, max=max_backoff_s)
         self._closed = False
         self._unsubscribe = store.subscribe(self._on_events)
@@ -99,7 +100,17 @@ class DeliveryService:
             time.sleep(0.01)
         return False
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 5.0) -> None:
+        """Stop delivering. Deliveries already scheduled (an event committed just before,
+        such as a session's ``closed``) get up to ``drain_s`` to finish first; whatever is
+        left is delivered from its checkpoint at the next open."""
+        deadline = time.monotonic() + drain_s
+        with self._lock:
+            while self._scheduling or self._busy or self._dirty:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(left)
         self._unsubscribe()
         with self._lock:
             self._closed = True
@@ -115,17 +126,24 @@ class DeliveryService:
         # Runs on the store's writer thread: only filter and hand off.
         with self._lock:
             interesting = session_ids - self._unbound
+            if interesting:
+                self._scheduling += 1
         if interesting:
             self._pool.submit(self._schedule_sessions, interesting)
 
     def _schedule_sessions(self, session_ids: set[str]) -> None:
-        for session_id in session_ids:
-            found = self._store.bindings_of(session_id, active_only=False)
-            if not found:
-                with self._lock:
-                    self._unbound.add(session_id)
-            for binding in found:
-                self._schedule(binding.id)
+        try:
+            for session_id in session_ids:
+                found = self._store.bindings_of(session_id, active_only=False)
+                if not found:
+                    with self._lock:
+                        self._unbound.add(session_id)
+                for binding in found:
+                    self._schedule(binding.id)
+        finally:
+            with self._lock:
+                self._scheduling -= 1
+                self._lock.notify_all()
 
     def _schedule(self, binding_id: str) -> None:
         with self._lock:
