@@ -32,6 +32,23 @@ def store(db_path: Path) -> Iterator[Store]:
         s.close()
 
 
+def live_pids(proc_file: str, needle: bytes) -> list[int]:
+    """Live processes (zombies excluded) whose ``/proc/PID/<proc_file>`` (``cmdline``,
+    ``environ``) holds ``needle``: how tests find what a run left behind."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/{proc_file}", "rb") as fh:
+                content = fh.read()
+        except OSError:
+            continue
+        if needle in content and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process runs (a zombie, already dead but not reaped, counts as dead)."""
     try:

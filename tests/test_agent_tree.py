@@ -15,6 +15,7 @@ import pytest
 from control_plane import CommandState
 from protocol.proc_tree import MARKER_ENV
 from store import AgentSpec, Store
+from tests.conftest import live_pids
 from tests.cp_harness import open_cp
 from tests.tree_driver import tree_agent
 
@@ -24,20 +25,7 @@ DELAY_S = 2.5
 
 def _tree_pids(marker: bytes) -> list[int]:
     """Live processes carrying the reaper marker of one agent tree."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if marker in env and stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
-            found.append(int(name))
-    return found
+    return live_pids("environ", marker + b"\0")
 
 
 def _marker_of(work: Path, session_id: str) -> bytes:

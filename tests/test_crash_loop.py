@@ -33,6 +33,7 @@ import pytest
 
 from control_plane import ControlPlane
 from protocol.transcript_reader import validate_v3
+from tests.conftest import live_pids
 from tests.crash_loop_driver import prompt_text
 
 BUDGET_ERROR = re.compile(r"^interrupted (\d+) times; attempt budget of (\d+) exhausted$")
@@ -134,21 +135,7 @@ def _wait_for(predicate, proc: subprocess.Popen[bytes], timeout: float) -> bool:
 
 def _agent_pids(work: Path) -> list[int]:
     """Live example-agent processes started for this work dir (zombies excluded)."""
-    marker = str(work / "invocations.jsonl").encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if marker in cmdline and stat[stat.rfind(b")") + 2 :].split()[0] != b"Z":
-            pids.append(int(entry))
-    return pids
+    return live_pids("cmdline", str(work / "invocations.jsonl").encode())
 
 
 def _no_agents_left(work: Path, timeout: float = 10.0) -> list[int]:
