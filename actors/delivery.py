@@ -220,7 +220,7 @@ class DeliveryService:
             path = os.path.abspath(binding.target)
             with self._lock:
                 if path not in self._files:
-                    self._files[path] = JsonlFileSink(path)
+                    self._files[path] = JsonlFileSink(path, self._store.identity)
                 sink = self._files[path]
         elif binding.sink_kind is SinkKind.PARENT:
             child = self._store.get_session(binding.session_id)

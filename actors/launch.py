@@ -48,4 +48,5 @@ def launch_agent(
         terminals_enabled=terminals,
         fs=profile.fs,
         fs_limits=settings.fs_limits,
+        stderr_max_bytes=settings.agent_log_max_bytes,
     )

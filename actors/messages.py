@@ -45,6 +45,8 @@ class AgentGone:
 
 @dataclass(frozen=True)
 class Tick:
-    """Periodic: passivate when idle long enough."""
+    """Periodic: passivate when idle long enough, or at once when idle and ``over_cap`` (the
+    least recently used beyond ``max_live_agents``)."""
 
     now: float
+    over_cap: bool = False

@@ -36,6 +36,7 @@ from tenacity import (
 from actors import turns
 from actors.launch import launch_for
 from actors.leftovers import kill_leftovers
+from actors.live_agents import LiveAgents
 from actors.messages import (
     AgentGone,
     CancelTurn,
@@ -58,6 +59,7 @@ from state_machines import (
     ControlPlaneError,
     SessionState,
     StaleEpoch,
+    StoreError,
     StoreUnavailable,
 )
 from state_machines.errors import OwnedElsewhere
@@ -83,6 +85,8 @@ class ActorDeps:
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
     # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
     stopping: threading.Event = field(default_factory=threading.Event)
+    # Where the actor posts when it went idle, for the cap on live agents.
+    live_agents: LiveAgents = field(default_factory=lambda: LiveAgents(None))
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -125,14 +129,29 @@ class SessionActor(pykka.ThreadingActor):
         if self.epoch >= 0:
             try:
                 self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner()))
+            except StoreError as exc:  # recovery releases it: its owner (this process) ends
+                log.warning("releasing session %s failed: %s", self.session_id, exc)
             except ControlPlaneError:
                 log.exception("releasing session %s failed", self.session_id)
+        self.deps.live_agents.gone(self.session_id)
         self.deps.on_stopped(self.session_id)
 
     def on_failure(self, *_: Any) -> None:
         self.on_stop()
 
     def on_receive(self, message: Any) -> Any:
+        try:
+            return self._receive(message)
+        finally:
+            self._post_activity()
+
+    def _post_activity(self) -> None:
+        if self.turn is None:
+            self.deps.live_agents.idle(self.session_id, self.last_active)
+        else:
+            self.deps.live_agents.busy(self.session_id)
+
+    def _receive(self, message: Any) -> Any:
         try:
             return self._dispatch(message)
         except StaleEpoch:
@@ -148,7 +167,8 @@ class SessionActor(pykka.ThreadingActor):
         if self.epoch < 0:
             return None  # not the owner (another live process is): stopping, touch nothing
         if isinstance(message, Tick):
-            self._tick(message.now)  # a tick is not activity: it must not delay passivation
+            # A tick is not activity: it must not delay passivation.
+            self._tick(message.now, message.over_cap)
             return None
         self.last_active = time.monotonic()
         if isinstance(message, Wake | SlotGranted):
@@ -454,12 +474,14 @@ class SessionActor(pykka.ThreadingActor):
         self.conn = None
         self._write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
 
-    def _tick(self, now: float) -> None:
+    def _tick(self, now: float, over_cap: bool) -> None:
         self._notice_other_processes()
         idle_for = now - self.last_active
-        if self.turn is None and idle_for >= self.deps.settings.passivate_after_s:
+        if self.turn is None and (over_cap or idle_for >= self.deps.settings.passivate_after_s):
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
+                if over_cap:
+                    log.info("passivating idle session %s: over max_live_agents", self.session_id)
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
 
     def _run_is_over(self) -> bool:

@@ -71,3 +71,8 @@ class RuntimeSettings:
     # Agents' fs/read_text_file and fs/write_text_file: the most bytes and the longest time.
     fs_limits: FsLimits = field(default_factory=FsLimits)
     log_dir: str = field(default_factory=default_log_dir)
+    # An agent's stderr log is cut to its newest part past this size (protocol/stderr_log.py).
+    agent_log_max_bytes: int = 16 * 1024 * 1024
+    # Live agent processes in this control plane; beyond it the least recently used idle
+    # sessions are passivated early. None: no cap (passivate_after_s alone).
+    max_live_agents: int | None = 64

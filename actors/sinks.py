@@ -2,7 +2,9 @@
 
 A sink receives events in seq order, each with its global event id, and must treat an id it
 has seen as already delivered: after a crash between a sink accepting events and the
-checkpoint moving, the projector hands the same events again. ``deliver`` returning means
+checkpoint moving, the projector hands the same events again. Event ids are unique within
+one store only (a store deleted and created again starts at 1): a sink that outlives stores
+keys what it holds by the store's identity too. ``deliver`` returning means
 accepted (durably, for the file sink); raising means rejected, retried later.
 """
 
@@ -26,9 +28,10 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def event_line(event: EventRecord) -> dict[str, object]:
+def event_line(event: EventRecord, store_id: str | None = None) -> dict[str, object]:
     """The JSON object a file sink writes per event (the payload embedded as JSON)."""
-    return {
+    line: dict[str, object] = {"storeId": store_id} if store_id else {}
+    return line | {
         "eventId": event.id,
         "sessionId": event.session_id,
         "seq": event.seq,
@@ -57,8 +60,11 @@ class CallbackSink:
 class JsonlFileSink:
     """Appends one JSON line per event to a file, fsync-ed before ``deliver`` returns.
 
-    It keeps the ids already in the file, so re-delivered events are skipped. A last line torn
-    by a crash (no newline) was never acknowledged: it is cut off before appending.
+    It keeps the ids already in the file, with the identity of the store each came from
+    (``storeId``), so re-delivered events are skipped and a new store's events are not taken
+    for an old store's (lines written before identities existed count as this store's). A
+    last line torn by a crash (no newline) was never acknowledged: it is cut off before
+    appending.
 
     Several processes may deliver to one file (each process that opens the control plane
     resumes every binding): every read and append happens under an exclusive ``flock`` on the
@@ -67,10 +73,11 @@ class JsonlFileSink:
     checkpoint says is in the file already).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, store_id: str = "") -> None:
         self.path = path
+        self.store_id = store_id
         self._lock = threading.Lock()
-        self._seen: set[int] = set()
+        self._seen: set[int] = set()  # ids of this store's events in the file
         self._known = 0  # bytes of the file whose ids are in _seen
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
@@ -104,8 +111,10 @@ class JsonlFileSink:
             os.fsync(self._fh.fileno())
         for line in data[:end].splitlines():
             try:
-                self._seen.add(int(json.loads(line)["eventId"]))
-            except (ValueError, KeyError, TypeError):
+                entry = json.loads(line)
+                if entry.get("storeId", self.store_id) == self.store_id:
+                    self._seen.add(int(entry["eventId"]))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not ours; a reader skips lines that do not parse
         self._known += end
 
@@ -115,7 +124,9 @@ class JsonlFileSink:
             fresh = [e for e in events if e.id not in self._seen]
             if fresh:
                 blob = b"".join(
-                    json.dumps(event_line(e), ensure_ascii=False, separators=(",", ":")).encode()
+                    json.dumps(
+                        event_line(e, self.store_id), ensure_ascii=False, separators=(",", ":")
+                    ).encode()
                     + b"\n"
                     for e in fresh
                 )

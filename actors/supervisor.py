@@ -2,8 +2,10 @@
 
 - A session with work gets a slot in FIFO order (``TurnSlots``); only then is its actor
   started. A backlog of thousands of sessions costs a deque entry each, no thread.
-- Idle actors are passivated after ``passivate_after_s`` (agent stopped, ownership released);
-  the next command activates the session again and the agent restores its ACP session.
+- Idle actors are passivated after ``passivate_after_s`` (agent stopped, ownership released),
+  or earlier, least recently used first, while more than ``max_live_agents`` are live
+  (``actors/live_agents.py``); the next command activates the session again and the agent
+  restores its ACP session.
 - On open: ``recover`` (interrupted runs requeued within their attempt budget, else failed),
   then every session with work (queued commands, or still ``creating``) is queued for a slot.
 - A sweep thread repeats discovery: work queued by another process, or left by an owner that
@@ -20,6 +22,7 @@ import time
 import pykka
 from sqlalchemy import Connection, select
 
+from actors.live_agents import LiveAgents
 from actors.messages import CancelTurn, CloseSession, SlotGranted, Tick, Wake
 from actors.session_actor import ActorDeps, SessionActor
 from actors.settings import RuntimeSettings
@@ -43,6 +46,7 @@ class Supervisor:
         self._lock = threading.RLock()
         self._actors: dict[str, pykka.ActorRef[SessionActor]] = {}
         self.slots = TurnSlots(settings.max_running_turns, self._granted)
+        self.live_agents = LiveAgents(settings.max_live_agents)
         self._deps = ActorDeps(
             store,
             loop,
@@ -51,6 +55,7 @@ class Supervisor:
             self._forget,
             threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
             self.notify,
+            live_agents=self.live_agents,
         )
         self._stopping = self._deps.stopping
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
@@ -191,10 +196,11 @@ class Supervisor:
                 now = time.monotonic()
                 with self._lock:
                     refs = list(self._actors.items())
+                over_cap = set(self.live_agents.over_cap([s for s, r in refs if r.is_alive()]))
                 for session_id, ref in refs:
                     if ref.is_alive():
                         with contextlib.suppress(pykka.ActorDeadError):
-                            ref.tell(Tick(now))
+                            ref.tell(Tick(now, session_id in over_cap))
                     else:
                         self._forget(session_id)
                 if now - last_discovery < self.settings.discover_interval_s:

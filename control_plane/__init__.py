@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SessionNotFound,
         SessionState,
         StaleEpoch,
+        StoreDamaged,
         StoreError,
         StoreUnavailable,
     )
@@ -85,6 +86,7 @@ __all__ = [
     "SessionState",
     "SpawnResult",
     "StaleEpoch",
+    "StoreDamaged",
     "StoreError",
     "StoreOptions",
     "StoreUnavailable",
@@ -118,6 +120,7 @@ _SOURCES: dict[str, str] = {
             "SessionState",
             "StaleEpoch",
             "StoreError",
+            "StoreDamaged",
             "StoreUnavailable",
         ),
         "state_machines",

@@ -136,7 +136,9 @@ def serve_command(
         backend = prestart_backend(config, spec)
         from control_plane.serve import serve
 
-        asyncio.run(serve(config, spec, max_frame_bytes, backend))
+        code = asyncio.run(serve(config, spec, max_frame_bytes, backend))
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("example-agent")

@@ -11,6 +11,8 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     [limits]
     max_running_turns = 16
     max_attempts = 3
+    max_live_agents = 64            # idle agents beyond it are passivated, least recent first
+    agent_log_max_bytes = 16777216  # an agent's stderr log is cut past it (one older part kept)
 
     [timeouts]
     turn_s = 600
@@ -69,6 +71,12 @@ class Limits(_Strict):
     record_interval_ms: float = Field(4.0, ge=0, le=1000)
     # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
     fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)
+    # Live agent processes kept by one control plane: beyond it the least recently used
+    # idle sessions are passivated (their agents stopped; the next prompt starts them again).
+    max_live_agents: int = Field(64, ge=1, le=100_000)
+    # An agent's stderr log is cut to its last part when it grows past this (one older
+    # part is kept beside it as ``.1``).
+    agent_log_max_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024, le=1024**4)
 
 
 class Timeouts(_Strict):
@@ -153,6 +161,8 @@ class Config(_Strict):
             "terminals_enabled": self.terminals,
             "agent_profiles": self.agent_profiles(),
             "fs_limits": FsLimits(self.limits.fs_max_bytes, self.timeouts.fs_s),
+            "max_live_agents": self.limits.max_live_agents,
+            "agent_log_max_bytes": self.limits.agent_log_max_bytes,
             "log_dir": str(self.db_path.parent / "agent-logs"),
         }
         values.update(overrides)

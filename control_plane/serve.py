@@ -45,6 +45,7 @@ from actors.launch import launch_agent
 from control_plane.api import ControlPlane
 from control_plane.config import Config
 from control_plane.outcome import Outcome
+from control_plane.serve_lifetime import run_until_exit
 from control_plane.serve_watch import SessionWatches, SetupEvent
 from control_plane.waiting import FINAL
 from protocol import json_codec
@@ -574,9 +575,10 @@ async def serve(
     agent: AgentSpec,
     max_frame_bytes: int,
     backend: PrestartPool | None = None,
-) -> None:
-    """Serve ACP on this process's stdin/stdout until the client closes stdin. ``backend``:
-    the agent process started ahead for the first session (discarded if none takes it)."""
+) -> int:
+    """Serve ACP on this process's stdin/stdout until the client closes stdin; the exit code
+    (control_plane/serve_lifetime.py). ``backend``: the agent process started ahead for the
+    first session (discarded if none takes it)."""
     front_loop = asyncio.get_running_loop()
     bridge = _Bridge(front_loop)
     settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge, prestarted=backend)
@@ -597,7 +599,9 @@ async def serve(
             use_unstable_protocol=True,
         )
         try:
-            await conn.listen()
+            return await run_until_exit(
+                conn.listen(), pump, cp.store, config.timeouts.store_fault_s
+            )
         finally:
             server.watches.close()
             pump.cancel()

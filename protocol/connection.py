@@ -52,7 +52,7 @@ from protocol.permissions import PermissionBroker
 from protocol.prestart import AdoptedProcess, Prestarted, adopt
 from protocol.proc_tree import agent_pgid_of, process_start_time
 from protocol.spawn import under_reaper
-from protocol.stderr_log import tail_lines
+from protocol.stderr_log import DEFAULT_MAX_BYTES, StderrLog, tail_lines
 from protocol.terminals import TerminalManager
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 
@@ -109,6 +109,9 @@ class AgentLaunch:
     # Advertise fs/* to the agent (off for agents that cannot create files through it).
     fs: bool = True
     fs_limits: FsLimits = field(default_factory=FsLimits)
+    # The stderr log is cut to its newest part past this size (protocol/stderr_log.py);
+    # None: never cut.
+    stderr_max_bytes: int | None = DEFAULT_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,10 @@ class AgentConnection:
 
     async def _start(self) -> InitializeResponse:
         launch = self.launch
+        # The cap on the stderr log, also for an adopted process (its log is the one it was
+        # started with). Closed last, once the agent is gone: a final check of the size.
+        stderr_log = StderrLog(launch.stderr_path, launch.stderr_max_bytes)
+        self._stack.push_async_callback(stderr_log.aclose)
         transport: contextlib.AbstractAsyncContextManager[
             tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
         ]
@@ -231,6 +238,9 @@ class AgentConnection:
             # Spawned ahead of this session (acpctl serve): its start-up is already paid.
             transport = adopt(self._prestarted, 1024 * 1024, launch.shutdown_timeout_s)
         else:
+            # "ab" is O_WRONLY | O_APPEND: every write of the agent (and of its children,
+            # which inherit the fd) goes to the current end of the file, which is what lets
+            # StderrLog truncate the file under the agent (protocol/stderr_log.py).
             stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
             try:
                 argv = under_reaper(launch.command, launch.env, launch.cwd)
@@ -256,7 +266,8 @@ class AgentConnection:
         tapped = asyncio.StreamReader(limit=1024 * 1024)
         self._hook_tap(reader, tapped)
         watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
-        self._stack.push_async_callback(_cancel_tasks, watcher)
+        capper = asyncio.create_task(stderr_log.watch(), name="acp-stderr-cap")
+        self._stack.push_async_callback(_cancel_tasks, watcher, capper)
         # Duck-typed on purpose (see protocol/client.py), hence not an ``acp.Client`` subtype.
         self._conn = connect_to_agent(
             self.client,  # type: ignore[arg-type]

@@ -61,6 +61,8 @@ def prestart(
     ``stderr_path``. ``OSError`` when it cannot be run."""
     os.makedirs(os.path.dirname(stderr_path) or ".", exist_ok=True)
     argv = under_reaper(command, env, cwd)
+    # "ab" (O_APPEND): the adopting connection caps this log by truncating it under the
+    # agent (protocol/stderr_log.py), which needs every write to go to the current end.
     with open(stderr_path, "ab") as stderr:
         popen = subprocess.Popen(
             argv,

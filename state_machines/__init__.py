@@ -15,6 +15,7 @@ from state_machines.errors import (
     SessionClosed,
     SessionNotFound,
     StaleEpoch,
+    StoreDamaged,
     StoreError,
     StoreUnavailable,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "SessionNotFound",
     "SessionState",
     "StaleEpoch",
+    "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
     "TransitionTable",

@@ -18,7 +18,8 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
     │   └── AgentExited        the agent process ended while a request was in flight
     └── StoreError             the database could not be used (locked, corrupt, not SQLite)
-        └── StoreUnavailable   a write refused for now (lock held, disk full, I/O): retryable
+        ├── StoreUnavailable   a write refused for now (lock held, disk full, I/O): retryable
+        └── StoreDamaged       the file is damaged (truncated, malformed pages): not retryable
 
 The tree lives in ``state_machines`` only because that is the bottom of the import graph
 (``control_plane -> actors -> {protocol, store} -> state_machines``): every layer can raise
@@ -165,3 +166,9 @@ class StoreUnavailable(StoreError):
     """A write the store could not take *for now*: its lock held elsewhere past the lock
     timeout, the disk full, an I/O error. Nothing of it was written; the same write may
     succeed later, and the control plane's own lifecycle writes are retried until it does."""
+
+
+class StoreDamaged(StoreError):
+    """The store file is damaged under the open store (truncated, overwritten pages: SQLite's
+    "database disk image is malformed"). Not retryable: from the first one on, the process
+    refuses every write (they could land on top of damage); reads raise it too."""

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_machines import SessionNotFound, SessionState
 from store import queries
+from store.driver_errors import damage_as_store_error
 from store.engine import async_url
 from store.records import EventRecord, SessionRecord
 from store.rows import event_from_row, session_from_row
@@ -25,6 +26,7 @@ from store.schema import sessions
 
 class AsyncReader:
     def __init__(self, path: str, busy_timeout_ms: int = 1000) -> None:
+        self._path = path
         self._engine: AsyncEngine = create_async_engine(async_url(path))
 
         @event.listens_for(self._engine.sync_engine, "connect")
@@ -39,21 +41,26 @@ class AsyncReader:
     async def list_sessions(
         self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None
     ) -> list[SessionRecord]:
-        async with self._engine.connect() as conn:
-            result = await conn.execute(queries.sessions_query(state, None, after_id).limit(limit))
-            return [session_from_row(r) for r in result]
+        with damage_as_store_error(self._path):
+            async with self._engine.connect() as conn:
+                query = queries.sessions_query(state, None, after_id).limit(limit)
+                result = await conn.execute(query)
+                return [session_from_row(r) for r in result]
 
     async def events_after(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
-        async with self._engine.connect() as conn:
-            result = await conn.execute(queries.events_query(session_id, after_seq, limit))
-            return [event_from_row(r) for r in result]
+        with damage_as_store_error(self._path):
+            async with self._engine.connect() as conn:
+                result = await conn.execute(queries.events_query(session_id, after_seq, limit))
+                return [event_from_row(r) for r in result]
 
     async def _session_exists(self, session_id: str) -> bool:
-        async with self._engine.connect() as conn:
-            result = await conn.execute(sessions.select().where(sessions.c.id == session_id))
-            return result.first() is not None
+        with damage_as_store_error(self._path):
+            async with self._engine.connect() as conn:
+                query = sessions.select().where(sessions.c.id == session_id)
+                result = await conn.execute(query)
+                return result.first() is not None
 
     async def tail(
         self,

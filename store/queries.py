@@ -13,6 +13,7 @@ from store.records import BindingRecord, CommandRecord, EventRecord, SessionReco
 from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
 from store.schema import agent_capabilities as agent_capabilities_table
 from store.schema import bindings, commands, delivery_checkpoints, events, sessions
+from store.schema import store_identity as store_identity_table
 
 
 def get_session(conn: Connection, session_id: str) -> SessionRecord:
@@ -192,3 +193,8 @@ def agent_capabilities(conn: Connection, command_hash: str) -> dict[str, Any] | 
         return None
     value: dict[str, Any] = json.loads(text)
     return value
+
+
+def store_identity(conn: Connection) -> str:
+    """The store's random identity (migration 0007)."""
+    return str(conn.execute(select(store_identity_table.c.id)).scalar_one())

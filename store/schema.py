@@ -134,3 +134,12 @@ agent_capabilities = Table(
     Column("initialize", Text, nullable=False),
     Column("updated_at", Float, nullable=False),
 )
+
+# One row: the random id minted when the store was created (0007). Sinks key the events they
+# hold by it, so a store deleted and created again never collides with an old sink's ids.
+store_identity = Table(
+    "store_identity",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("created_at", Float, nullable=False),
+)

@@ -23,6 +23,7 @@ from state_machines import SessionNotFound, SessionState, StoreError
 from store import hot_sql as hot
 from store import operations as ops
 from store import queries
+from store.driver_errors import as_damaged, is_damage
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
 from store.feed import FeedListener, SessionFeeds
 from store.integrity import IntegrityCheck, check_database_file
@@ -73,6 +74,8 @@ class Store:
         self._command_listeners: list[CommandsListener] = []
         self._listeners_lock = threading.Lock()
         self._feeds = SessionFeeds()
+        # Minted when the store was created; event ids are unique within it (see 0007).
+        self.identity = ""
         self._writer = GroupCommitWriter(
             write_engine, path, options.lock_timeout_s, on_commit=self._notify
         )
@@ -119,7 +122,9 @@ class Store:
             if isinstance(exc, (OperationalError, DatabaseError)):
                 raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
             raise
-        return cls(path, options, write_engine, read_engine)
+        store = cls(path, options, write_engine, read_engine)
+        store.identity = store.read(queries.store_identity)
+        return store
 
     def close(self) -> None:
         self._writer.close()
@@ -151,7 +156,7 @@ class Store:
             with self._read_engine.connect() as conn, conn.begin():
                 return fn(conn)
 
-        return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
+        return self._reading(attempt)
 
     def read_raw(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on a pooled reader's driver connection, outside any transaction: for
@@ -165,7 +170,17 @@ class Store:
             finally:
                 fairy.close()
 
-        return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
+        return self._reading(attempt)
+
+    def _reading(self, attempt: Callable[[], T]) -> T:
+        try:
+            return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
+        except (DatabaseError, sqlite3.DatabaseError) as exc:
+            if not is_damage(exc):
+                raise
+            damaged = as_damaged(exc, self.path)
+            self._writer.refuse_for_good(damaged)  # a write would land on top of the damage
+            raise damaged from exc
 
     def session_work(self, session_id: str) -> tuple[SessionState, bool]:
         """The session's state and whether it has a queued command (``SessionNotFound``)."""

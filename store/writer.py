@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar, cast
 from sqlalchemy import Connection, Engine
 
 from state_machines.errors import StoreError, StoreUnavailable
+from store.driver_errors import as_damaged, is_damage
 from store.retry import is_locked_error, retry_on_lock
 
 log = logging.getLogger(__name__)
@@ -246,19 +247,25 @@ class GroupCommitWriter:
         if gone is not None:
             self.fatal = gone
             for req in live:
-                req.resolve(False, gone)
+                req.resolve(False, _own_copy(gone))
             return
         try:
             outcomes, hooks, commit = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
         except BaseException as exc:
+            if is_damage(exc):
+                damaged = as_damaged(exc, self._path)
+                self.refuse_for_good(damaged)
+                for req in live:
+                    req.resolve(False, _own_copy(damaged))
+                return
             error = _as_unavailable(exc, self._path)
             if self.fault_since is None:
                 self.fault_since = time.monotonic()
             self.last_fault = error
             for req in live:
-                req.resolve(False, error)
+                req.resolve(False, _own_copy(error))
             return
         self.fault_since = None  # the store takes writes again
         self.batches += 1
@@ -274,6 +281,13 @@ class GroupCommitWriter:
                 hook()
             except Exception:  # a notification must never undo or block a commit
                 log.exception("after-commit hook failed")
+
+    def refuse_for_good(self, error: StoreError) -> None:
+        """From now on every write is refused with ``error`` (the file is gone or damaged:
+        a write could only be lost or land on top of the damage)."""
+        if self.fatal is None:
+            log.error("store %s: %s; refusing writes", self._path, error)
+            self.fatal = error
 
     def _file_gone(self) -> StoreError | None:
         """The store's file deleted or replaced under the open connection: SQLite would go on
@@ -354,6 +368,14 @@ class GroupCommitWriter:
         return outcomes, hooks, commit
 
 
+def _own_copy(error: StoreError) -> StoreError:
+    """One error per refused write: raising a shared instance in every caller's thread would
+    chain all their tracebacks onto it (and keep their frames alive)."""
+    copy = type(error)(str(error), path=error.path)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
 def _file_identity(path: str) -> tuple[int, int] | None:
     try:
         info = os.stat(path)
@@ -364,7 +386,7 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 
 def _is_connection_level(exc: BaseException) -> bool:
     """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
-    if is_locked_error(exc):
+    if is_locked_error(exc) or is_damage(exc):
         return True
     text = str(exc).lower()
     return "disk i/o error" in text or "database or disk is full" in text

@@ -131,3 +131,53 @@ def test_events_appended_from_many_threads_reach_the_sink_once_each(
     delivery.close()
     seqs = [json.loads(line)["seq"] for line in path.read_text().splitlines()]
     assert seqs == list(range(1, 102))
+
+
+def _deliver_to_file(db: Path, sink_path: Path, events: int) -> tuple[str, list[int]]:
+    """Open the store at ``db``, bind one session to the JSONL file, append ``events``
+    events, deliver them all; the store's identity and the event ids it gave them."""
+    with Store.open(db) as store:
+        delivery = DeliveryService(store)
+        delivery.start()
+        sid, _ = _spawn_with(store, BindingSpec(SinkKind.JSONL, str(sink_path)), "s")
+        appended = store.append_events(
+            sid, None, [NewEvent("tick", {"i": i}) for i in range(events)]
+        )
+        assert delivery.wait_idle(10)
+        delivery.close()
+        return store.identity, [e.id for e in appended]
+
+
+def test_a_store_created_again_next_to_an_old_jsonl_sink_delivers_every_new_event(
+    tmp_path: Path,
+) -> None:
+    """Event ids restart at 1 in a new store: the old file's ids must not swallow them."""
+    sink_path = tmp_path / "out.jsonl"
+    db = tmp_path / "cp.db"
+    first_store, first_ids = _deliver_to_file(db, sink_path, 8)
+    for side in tmp_path.glob("cp.db*"):
+        side.unlink()  # the store is gone; the sink file stays
+    second_store, second_ids = _deliver_to_file(db, sink_path, 8)
+    assert first_store != second_store
+    assert set(first_ids) & set(second_ids)  # the ids collide: only the identity tells them apart
+    lines = [json.loads(x) for x in sink_path.read_text().splitlines()]
+    by_store = {
+        s: [ln["eventId"] for ln in lines if ln["storeId"] == s]
+        for s in (first_store, second_store)
+    }
+    # spawn (1 event) + 8 appended per store, every one of them in the file exactly once
+    assert len(by_store[first_store]) == 9 and len(set(by_store[first_store])) == 9
+    assert len(by_store[second_store]) == 9 and len(set(by_store[second_store])) == 9
+
+
+def test_lines_written_before_store_identities_count_as_the_stores_own(tmp_path: Path) -> None:
+    """A file from before migration 0007 (no storeId): re-delivered events are still skipped."""
+    path = tmp_path / "old.jsonl"
+    path.write_text('{"eventId": 1, "seq": 1}\n{"eventId": 2, "seq": 2}\n')
+    sink = JsonlFileSink(str(path), "abc")
+    assert sink.delivered_ids() == frozenset({1, 2})
+    sink.close()
+    path.write_text('{"storeId": "other", "eventId": 1}\n')
+    sink = JsonlFileSink(str(path), "abc")
+    assert sink.delivered_ids() == frozenset()
+    sink.close()

@@ -50,6 +50,7 @@ PINNED_ALL = [
     "SessionState",
     "SpawnResult",
     "StaleEpoch",
+    "StoreDamaged",
     "StoreError",
     "StoreOptions",
     "StoreUnavailable",

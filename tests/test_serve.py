@@ -247,6 +247,56 @@ def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: P
         proc.stdin.close()
         proc.wait(30)
         log.close()
+    assert proc.returncode == 0  # the client closed stdin: the one normal end
     conn = sqlite3.connect(tmp_path / "cp.db")
     assert conn.execute("select count(*) from sessions").fetchone()[0] == 0  # store untouched
     conn.close()
+
+
+def test_serve_exits_1_with_a_log_line_when_its_store_file_is_deleted(tmp_path: Path) -> None:
+    """Every end but the client closing stdin is an error the operator must see."""
+    (tmp_path / "none.toml").write_text("")
+    log_path = tmp_path / "serve.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, *_serve_argv(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, **_env(tmp_path)},
+            cwd=tmp_path,
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(request: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", **request}).encode() + b"\n")
+        proc.stdin.flush()
+
+    def answer(request_id: int) -> dict[str, Any]:
+        assert proc.stdout is not None
+        while True:
+            message = json.loads(proc.stdout.readline())
+            if message.get("id") == request_id:
+                return message
+
+    try:
+        send({"id": 1, "method": "initialize", "params": {"protocolVersion": PROTOCOL_VERSION}})
+        assert "result" in answer(1)
+        send({"id": 2, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}})
+        session_id = answer(2)["result"]["sessionId"]
+        for side in tmp_path.glob("cp.db*"):
+            side.unlink()
+        send(
+            {
+                "id": 3,
+                "method": "session/prompt",
+                "params": {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]},
+            }
+        )
+        assert proc.wait(30) == 1  # stdin still open: serve ended on its own
+    finally:
+        proc.kill()
+        proc.wait(10)
+    text = log_path.read_text()
+    assert "exiting 1, the store refuses every write" in text and "deleted or replaced" in text

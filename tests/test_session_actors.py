@@ -161,6 +161,32 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_pat
         assert cp.supervisor.activations == 2
 
 
+@pytest.mark.timeout(120)
+def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
+    tmp_path: Path,
+) -> None:
+    """Five sessions used one after the other with a cap of two live agents: the three used
+    longest ago are passivated (agents gone) well before passivate_after_s, the two most
+    recent stay live, and an evicted session's next prompt finds its history."""
+    with open_cp(tmp_path, max_live_agents=2, passivate_after_s=3600) as cp:
+        sids, pids = [], []
+        for i in range(5):
+            spawned = cp.spawn(example_agent(tmp_path), tmp_path, f"remember fruit {i}")
+            assert spawned.command is not None
+            assert cp.wait(spawned.command.id, 30).ok
+            sid = spawned.session.id
+            sids.append(sid)
+            pids.append(next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started"))
+        _wait_for(lambda: sorted(cp.supervisor.live_sessions()) == sorted(sids[3:]))
+        for pid in pids[:3]:
+            _wait_for(lambda pid=pid: not pid_alive(pid))
+        assert all(pid_alive(pid) for pid in pids[3:])
+        back = cp.wait(cp.prompt(sids[0], "#history").id, 30)
+        assert back.ok and "remember fruit 0" in back.text
+        # sids[0] is now the most recent: the least recent of the other two goes instead
+        _wait_for(lambda: sorted(cp.supervisor.live_sessions()) == sorted([sids[0], sids[4]]))
+
+
 def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
     with open_cp(tmp_path, max_running_turns=2) as cp:
         idle = [cp.spawn(example_agent(tmp_path), tmp_path, f"idle {i}") for i in range(2)]

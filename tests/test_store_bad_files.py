@@ -171,3 +171,52 @@ def test_a_store_on_read_only_media_is_a_clear_error_not_corrupt(tmp_path: Path)
         assert (media / "cp.db").read_bytes() == before
     finally:
         subprocess.run(["umount", "-l", str(media)], check=False)
+
+
+@pytest.mark.timeout(60)
+def test_a_store_truncated_under_a_running_control_plane_gives_typed_errors(
+    tmp_path: Path,
+) -> None:
+    """A file cut short while open: every read and write path raises ``StoreDamaged`` (not
+    the driver's raw ``DatabaseError``), writes stay refused, and close still works."""
+    import asyncio
+    import sqlite3
+    from dataclasses import replace
+
+    from control_plane import ControlPlane, StoreDamaged
+    from store.async_reads import AsyncReader
+    from tests.cp_harness import FAST, example_agent
+
+    db = tmp_path / "cp.db"
+    cp = ControlPlane.open(db, StoreOptions(), replace(FAST, log_dir=str(tmp_path / "logs")))
+    try:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        assert spawned.command is not None
+        cp.wait(spawned.command.id, 60)
+        fold = sqlite3.connect(db)
+        fold.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        fold.close()
+        with open(db, "r+b") as fh:
+            fh.truncate(8192)  # keeps the header: only the pages behind it are gone
+        session_id = spawned.session.id
+        for call in (
+            lambda: cp.get(session_id),
+            lambda: cp.events(session_id),
+            lambda: cp.wait(spawned.command.id, 5),
+            lambda: cp.prompt(session_id, "after the cut"),
+        ):
+            with pytest.raises(StoreDamaged, match="is damaged"):
+                call()
+        assert isinstance(cp.store.persistent_fault(3600), StoreDamaged)  # a batch stops
+        reader = AsyncReader(str(db))
+
+        async def read_async() -> None:
+            try:
+                await reader.events_after(session_id)
+            finally:
+                await reader.aclose()
+
+        with pytest.raises(StoreDamaged):
+            asyncio.run(read_async())
+    finally:
+        cp.close()

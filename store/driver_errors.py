@@ -1,0 +1,60 @@
+"""Driver errors that mean the store file itself is damaged, as ``StoreDamaged``.
+
+SQLite reports a truncated file or overwritten pages only when a statement touches them
+("database disk image is malformed", "file is not a database"), as a plain
+``sqlite3.DatabaseError`` (SQLAlchemy wraps it in ``sqlalchemy.exc.DatabaseError``). Without
+this, a host calling ``wait()`` or ``get()`` got the raw driver error; with it, every read and
+write path raises the control plane's own typed error, with what an operator should do.
+Lock errors and constraint violations are not damage and pass through untouched.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.exc import DatabaseError
+
+from state_machines.errors import StoreDamaged
+
+_DAMAGE = ("malformed", "file is not a database", "database corrupt")
+
+
+def driver_error_text(exc: BaseException) -> str:
+    if isinstance(exc, DatabaseError) and exc.orig is not None:
+        return str(exc.orig)
+    return str(exc)
+
+
+def is_damage(exc: BaseException) -> bool:
+    if not isinstance(exc, sqlite3.DatabaseError | DatabaseError):
+        return False
+    if isinstance(exc, sqlite3.IntegrityError) or (
+        isinstance(exc, DatabaseError) and isinstance(exc.orig, sqlite3.IntegrityError)
+    ):
+        return False
+    text = driver_error_text(exc).lower()
+    return any(marker in text for marker in _DAMAGE)
+
+
+def as_damaged(exc: BaseException, path: str) -> StoreDamaged:
+    err = StoreDamaged(
+        f"the store file {path} is damaged ({driver_error_text(exc)}): stop every process "
+        "using it, keep a copy of the file with its -wal beside it, then restore a backup or "
+        "salvage with `sqlite3 FILE .recover` (docs/store.md)",
+        path=path,
+    )
+    err.__cause__ = exc
+    return err
+
+
+@contextmanager
+def damage_as_store_error(path: str) -> Iterator[None]:
+    """Inside, a damage error of the driver leaves as ``StoreDamaged``."""
+    try:
+        yield
+    except (DatabaseError, sqlite3.DatabaseError) as exc:
+        if not is_damage(exc):
+            raise
+        raise as_damaged(exc, path) from exc
