@@ -126,6 +126,16 @@ class SessionActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         self._stop_agent(kill=False)
         self.deps.slots.release(self.session_id)
+        if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
+            turn, epoch = self.turn, self.epoch
+            try:  # Ctrl-C mid-turn: an interruption, not a failed attempt
+                self.store.write(lambda ctx: ops.refund_attempts(ctx, self.session_id, epoch, turn))
+            except ControlPlaneError as exc:
+                log.warning(
+                    "session %s: giving back the interrupted attempt failed: %s",
+                    self.session_id,
+                    exc,
+                )
         if self.epoch >= 0:
             try:
                 self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner()))

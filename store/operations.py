@@ -659,6 +659,27 @@ def release(ctx: WriteContext, session_id: str, me: str) -> None:
     )
 
 
+def refund_attempts(
+    ctx: WriteContext, session_id: str, epoch: int, command_ids: Sequence[str]
+) -> None:
+    """An orderly shutdown (Ctrl-C, close) stopped these running commands mid-turn: that is
+    the user's choice, not the command failing, so the attempt is given back. They stay
+    ``running`` for the next open's recovery to requeue (or report) as after a crash; only a
+    crash or a kill counts against ``max_attempts``, so a command that kills its process
+    every time still ends ``failed``."""
+    check_epoch(ctx.conn, session_id, epoch)
+    ctx.conn.execute(
+        update(commands)
+        .where(
+            commands.c.id.in_(list(command_ids)),
+            commands.c.session_id == session_id,
+            commands.c.state == CommandState.RUNNING.value,
+            commands.c.attempts > 0,
+        )
+        .values(attempts=commands.c.attempts - 1)
+    )
+
+
 def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
     """Refuse a write from an owner that lost the session (run first in its transaction)."""
     raw = conn.connection.driver_connection

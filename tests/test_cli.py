@@ -420,3 +420,47 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
     assert again.returncode == 0, again.stderr[-2000:]
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     assert sorted(r["status"] for r in results) == ["ok"] * 4
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path) -> None:
+    """With max_attempts=1, two Ctrl-Cs while the turn runs: the plain rerun still finishes
+    the task (an orderly stop gives the attempt back; only crashes count)."""
+    import signal
+    import time
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t0", "prompt": "long #chunks=100 #delay=50"}) + "\n")
+    db = tmp_path / "cp.db"
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(db), "batch", str(tasks)]
+    env = {**os.environ, "ACPCTL_MAX_ATTEMPTS": "1"}
+
+    def running_turns() -> int:
+        if not db.exists():
+            return 0
+        with sqlite3.connect(db) as conn:
+            try:
+                query = "select count(*) from events where kind = 'session_update'"
+                return int(conn.execute(query).fetchone()[0])
+            except sqlite3.OperationalError:
+                return 0
+
+    for _ in range(2):
+        seen = running_turns()
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
+        )
+        deadline = time.monotonic() + 60
+        while running_turns() < seen + 3:  # the turn is streaming its chunks
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        with sqlite3.connect(db) as conn:
+            rows = conn.execute("select state, attempts from commands").fetchall()
+        assert rows == [("running", 0)], (rows, err[-2000:])
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in results] == ["ok"]
