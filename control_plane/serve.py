@@ -141,12 +141,7 @@ class ServeAgent:
         if cached is not None:
             return cached
         settings = self.cp.supervisor.settings
-        launch = replace(
-            launch_agent(self.agent, os.getcwd(), "capability-probe", settings),
-            stderr_path=os.devnull,
-        )
-        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
-        conn = AgentConnection(launch, NullRecorder(), broker)
+        conn = self._probe_connection("capability-probe")
         try:
             init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
         except ControlPlaneError as exc:
@@ -159,6 +154,36 @@ class ServeAgent:
             lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
         )
         return answer
+
+    def _probe_connection(self, purpose: str) -> AgentConnection:
+        """A backend agent process of serve's own, outside any session (it asks nothing
+        of the client: permissions are denied)."""
+        settings = self.cp.supervisor.settings
+        launch = replace(
+            launch_agent(self.agent, os.getcwd(), purpose, settings), stderr_path=os.devnull
+        )
+        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
+        return AgentConnection(launch, NullRecorder(), broker)
+
+    async def authenticate(self, method_id: str, **_: Any) -> dict[str, Any]:
+        """The client's login, carried out by a backend agent process of its own: agents
+        keep what a login gives them (a token, OAuth credentials) in their own files, so
+        every session's agent started afterwards finds it. The agent's answer or error is
+        passed on unchanged."""
+        return await asyncio.to_thread(self._backend_authenticate, method_id)
+
+    def _backend_authenticate(self, method_id: str) -> dict[str, Any]:
+        settings = self.cp.supervisor.settings
+        conn = self._probe_connection("authenticate")
+        try:
+            self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            # A login may wait for a person (a browser flow): as long as a turn may take.
+            return self.cp.loop.call(conn.authenticate(method_id), settings.turn_timeout_s)
+        except ControlPlaneError as exc:
+            agent_error = getattr(exc, "agent_error", None)
+            raise agent_refused({"agentError": agent_error, "error": str(exc)}) from exc
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
 
     # -- sessions ------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from acp.client.connection import ClientSideConnection
 from acp.meta import AGENT_METHODS
 from acp.schema import (
     AgentCapabilities,
+    AuthenticateRequest,
     ClientCapabilities,
     FileSystemCapabilities,
     Implementation,
@@ -498,6 +499,13 @@ class AgentConnection:
         Uses the SDK's JSON-RPC connection under its typed one for that."""
         conn = self._require_conn()
         raw = await self._guard(conn._conn.send_request(method, serialize_params(request)))
+        return raw if isinstance(raw, dict) else {}
+
+    async def authenticate(self, method_id: str) -> dict[str, Any]:
+        """Forward a client's ``authenticate``; the agent's answer as sent."""
+        conn = self._require_conn()
+        params = serialize_params(AuthenticateRequest(method_id=method_id))
+        raw = await self._guard(conn._conn.send_request(AGENT_METHODS["authenticate"], params))
         return raw if isinstance(raw, dict) else {}
 
     async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:

@@ -50,6 +50,7 @@ from acp.schema import (
     AgentCapabilities,
     AgentPlanUpdate,
     AllowedOutcome,
+    AuthenticateResponse,
     AuthMethodAgent,
     AvailableCommand,
     AvailableCommandsUpdate,
@@ -205,7 +206,7 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         log.info("ignoring unknown directive #%s", name)
 
 
-TOKEN_HELP = "Set EXAMPLE_AGENT_TOKEN in the agent's environment"
+TOKEN_HELP = "Set EXAMPLE_AGENT_TOKEN in the agent's environment, or call authenticate"
 SLASH_COMMANDS = [
     AvailableCommand(name="history", description="Show what this session was asked so far"),
     AvailableCommand(name="plan", description="Reply with a plan"),
@@ -298,11 +299,25 @@ class ExampleAgent:
             else [],
         )
 
+    def _login_file(self) -> Path:
+        return self.options.state_file.with_suffix(".login")
+
+    def _authenticated(self) -> bool:
+        """A token in the environment, or a login an earlier ``authenticate`` left on disk
+        (as real agents keep their OAuth credentials: every later process finds it)."""
+        return bool(os.environ.get("EXAMPLE_AGENT_TOKEN")) or self._login_file().exists()
+
+    async def authenticate(self, method_id: str, **_: Any) -> AuthenticateResponse:
+        if method_id != "token":
+            raise RequestError.invalid_params({"methodId": method_id, "known": ["token"]})
+        self._login_file().write_text("logged in\n")
+        return AuthenticateResponse()
+
     async def new_session(
         self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> NewSessionResponse:
         """Create and persist a session so that a restarted process can load it."""
-        if self.options.auth_required and not os.environ.get("EXAMPLE_AGENT_TOKEN"):
+        if self.options.auth_required and not self._authenticated():
             raise RequestError(-32000, "Authentication required", {"authMethods": ["token"]})
         record = SessionRecord(session_id=uuid.uuid4().hex, cwd=cwd)
         self.sessions[record.session_id] = record

@@ -192,6 +192,27 @@ def test_an_agents_authentication_error_reaches_the_editor_unchanged(tmp_path: P
 
 
 @pytest.mark.timeout(120)
+def test_authenticate_reaches_the_agent_and_later_sessions_are_logged_in(tmp_path: Path) -> None:
+    """An editor that gets -32000 logs in with one of the advertised methods: serve carries
+    ``authenticate`` to a backend agent process, and the next ``session/new`` works."""
+
+    async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> Any:
+        with pytest.raises(RequestError) as refused:
+            await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        assert refused.value.code == -32000
+        with pytest.raises(RequestError) as unknown:
+            await conn.authenticate(method_id="no-such-method")
+        assert unknown.value.code == -32602  # the agent's own answer, unchanged
+        await conn.authenticate(method_id=init.auth_methods[0].id)
+        new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+        answer = await conn.prompt(session_id=new.session_id, prompt=[text_block("hello")])
+        return answer.stop_reason, editor.text()
+
+    stop, text = asyncio.run(_drive(_serve(tmp_path, "--auth-required"), tmp_path, body))
+    assert stop == "end_turn" and "hello" in text
+
+
+@pytest.mark.timeout(120)
 def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -> None:
     """serve spawns its backend before it imports the SDK or opens the store; the first
     ``session/new`` in serve's cwd adopts that process instead of starting another."""
