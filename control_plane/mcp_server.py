@@ -48,7 +48,13 @@ def build_server(socket_path: str, session_id: str, secret: str) -> Any:
     async def list_subagents() -> str:
         return await forward("list_subagents", {})
 
-    @server.tool(description="A subagent's latest result; wait up to `wait` seconds for it.")
+    @server.tool(
+        description=(
+            "A subagent's latest result; wait up to `wait` seconds for it (a finite number "
+            ">= 0; at most 60, a longer wait is cut to 60). If the run has not ended by "
+            'then the answer has status "running": call again to keep waiting.'
+        )
+    )
     async def subagent_result(id: str, wait: float = 0) -> str:
         return await forward("subagent_result", {"id": id, "wait": wait})
 
