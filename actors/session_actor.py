@@ -170,6 +170,8 @@ class SessionActor(pykka.ThreadingActor):
             self.epoch = -1
             self.stop()
         except Exception:
+            if isinstance(message, CloseSession):
+                raise  # asked, not told: pykka hands it to the caller, the actor lives on
             log.exception("session %s: handling %r failed", self.session_id, message)
         return None
 

@@ -121,7 +121,8 @@ class Supervisor:
                 ref.tell(CancelTurn())
 
     def close(self, session_id: str, reason: str) -> bool:
-        """Close through the live actor (it stops the agent first); False if none is live."""
+        """Close through the live actor (it stops the agent first); False if none is live.
+        What the actor's close raised (the store refusing the write) is raised here."""
         ref = self._live(session_id)
         if ref is None:
             return False

@@ -144,6 +144,16 @@ class Directives:
 _FLAGS = {"tool", "permission", "plan", "hang", "crash", "garbage", "history"}
 
 
+def default_state_file() -> Path:
+    """Where the agent keeps its sessions when no ``--state-file`` is given: the user's state
+    directory, never the caller's cwd (an agent started in a project must not leave files
+    in it)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "acpctl" / "example-agent-sessions.json"
+
+
 def parse_directives(text: str) -> tuple[Directives, str]:
     """Split prompt text into directives and the message (non-directive words, space-joined).
 
@@ -735,9 +745,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--chunk-delay-ms", type=int, default=0)
     a = p.parse_args(argv)
-    state = a.state_file or Path(
-        os.environ.get("EXAMPLE_AGENT_STATE") or Path.cwd() / ".example-agent-sessions.json"
-    )
+    state = a.state_file or Path(os.environ.get("EXAMPLE_AGENT_STATE") or default_state_file())
     invocations = a.invocations_file or os.environ.get("EXAMPLE_AGENT_INVOCATIONS") or None
     return Options(
         state_file=Path(state),

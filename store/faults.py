@@ -37,11 +37,6 @@ def arm(name: str, action: str = "raise") -> None:
         _armed[name] = action
 
 
-def disarm_all() -> None:
-    with _lock:
-        _armed.clear()
-
-
 def fault_point(name: str) -> None:
     """Mark a place where a crash must leave the store consistent."""
     action = _armed.get(name)

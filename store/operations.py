@@ -37,7 +37,7 @@ from state_machines.errors import (
 from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
-from store.hashing import canonical_json, canonical_payload, command_hash, request_hash
+from store.hashing import canonical_payload, command_hash, request_hash
 from store.ownership import owner_alive, this_owner
 from store.records import (
     AgentSpec,
@@ -836,18 +836,33 @@ def count_queued(conn: Connection) -> int:
 
 
 __all__ = [
+    "acquire",
     "advance_checkpoint",
     "append_events",
+    "append_frames",
     "bind",
     "cancel",
     "cancel_command",
-    "canonical_json",
+    "check_epoch",
     "claim_next",
     "close",
+    "close_orphans",
     "complete",
+    "count_queued",
+    "descendants",
     "enqueue",
     "fail",
+    "find_by_key",
+    "interrupt_command",
+    "interrupted_turns_policy",
+    "new_id",
+    "orphaned_sessions",
+    "queue_mode_of",
+    "record_agent_capabilities",
     "recover",
+    "recover_sessions",
+    "refund_attempts",
+    "release",
     "spawn",
     "transition_session",
 ]

@@ -93,7 +93,8 @@ def events_after(
 
 
 def command_events(conn: Connection, session_id: str, command_id: str) -> list[EventRecord]:
-    """The events one command produced, in order (through ``ix_events_session_command``)."""
+    """The events one command produced, in order (a scan of the session's events: no hot
+    path reads by command, so no index serves it; see migration 0004)."""
     query = (
         select(events)
         .where(events.c.session_id == session_id, events.c.command_id == command_id)
@@ -137,11 +138,6 @@ def bindings_of(conn: Connection, session_id: str, active_only: bool = True) -> 
     if active_only:
         query = query.where(bindings.c.active.is_(True))
     return [binding_from_row(r) for r in conn.execute(query.order_by(bindings.c.bound_at))]
-
-
-def active_bindings(conn: Connection) -> list[BindingRecord]:
-    query = _bindings_select().where(bindings.c.active.is_(True)).order_by(bindings.c.bound_at)
-    return [binding_from_row(r) for r in conn.execute(query)]
 
 
 def undelivered_bindings(conn: Connection) -> list[BindingRecord]:

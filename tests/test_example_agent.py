@@ -426,3 +426,37 @@ def test_misbehaviour_directives_leave_the_connection_usable(
         assert any("Error parsing JSON-RPC" in r.getMessage() for r in caplog.records)
 
     asyncio.run(scenario())
+
+
+def test_without_a_state_file_the_agent_leaves_nothing_in_its_cwd(tmp_path: Path) -> None:
+    """Its sessions go to the user's state directory: an agent started in a project must not
+    leave files in the project."""
+    import os
+    import subprocess
+
+    project, state_home = tmp_path / "project", tmp_path / "state"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "EXAMPLE_AGENT_STATE"}
+    env["XDG_STATE_HOME"] = str(state_home)
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "session/new",
+            "params": {"cwd": str(project), "mcpServers": []},
+        },
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "protocol.example_agent"],
+        input="".join(json.dumps(f) + "\n" for f in frames),
+        capture_output=True,
+        text=True,
+        cwd=project,
+        env=env,
+        timeout=60,
+    )
+    answers = [json.loads(line) for line in done.stdout.splitlines() if '"id"' in line]
+    assert any(a.get("id") == 2 and "sessionId" in a.get("result", {}) for a in answers), done
+    assert list(project.iterdir()) == []
+    assert (state_home / "acpctl" / "example-agent-sessions.json").exists()

@@ -190,3 +190,27 @@ def test_a_store_file_deleted_under_a_running_control_plane_refuses_writes_loudl
         with pytest.raises(StoreError, match="deleted or replaced"):
             cp.prompt(spawned.session.id, "after the delete")
         assert cp.store.persistent_fault(3600) is not None  # a batch would stop at once
+
+
+@pytest.mark.timeout(60)
+def test_a_close_the_store_refuses_is_reported_not_taken_for_done(tmp_path: Path) -> None:
+    """The live actor's close failed (the lock held elsewhere past lock_timeout): the caller
+    gets the store's error, and a close retried once the lock is gone closes the session."""
+    from control_plane import StoreUnavailable
+
+    db = tmp_path / "cp.db"
+    with _open(tmp_path, db, lock_timeout_s=0.5) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        assert spawned.command is not None
+        assert cp.wait(spawned.command.id, 60).state is CommandState.COMPLETED
+        sid = spawned.session.id
+        assert sid in cp.supervisor.live_sessions()  # the close goes through its actor
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_LOCK, str(db), "3"], stdout=subprocess.PIPE, text=True
+        )
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreUnavailable):
+            cp.close_session(sid)
+        assert cp.get(sid).state is not SessionState.CLOSED
+        assert holder.wait(30) == 0
+        assert cp.close_session(sid).state is SessionState.CLOSED
