@@ -16,87 +16,14 @@ completed -> ok, cancelled -> cancelled, failed by a turn timeout -> timeout, fa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from sqlalchemy import Connection, func, select
-
-from state_machines import CommandState, SessionState
-from store import CommandKind, CommandRecord, EventRecord, NewEvent, Store, WriteContext, queries
-from store import operations as ops
+from store import EventRecord, Store
 from store.faults import fault_point
-from store.schema import events
+from store.ops.announce import announce_finished_runs
 
 TRIGGERS = frozenset(
     {"turn_ended", "turn_failed", "interrupted", "turn_interrupted", "agent_start_failed", "closed"}
 )
-
-
-def status_of(command: CommandRecord) -> str:
-    if command.state is CommandState.COMPLETED:
-        return "ok"
-    if command.state is CommandState.CANCELLED:
-        return "cancelled"
-    if command.state is CommandState.INTERRUPTED:
-        return "interrupted"
-    if (command.error or "").startswith("timeout"):
-        return "timeout"
-    return "error"
-
-
-def _announced(conn: Connection, parent_id: str, command_id: str) -> bool:
-    count = conn.execute(
-        select(func.count())
-        .select_from(events)
-        .where(
-            events.c.session_id == parent_id,
-            events.c.kind == "announce",
-            func.json_extract(events.c.payload, "$.commandId") == command_id,
-        )
-    ).scalar_one()
-    return bool(count)
-
-
-def announce_finished_runs(
-    ctx: WriteContext, child_id: str, parent_id: str, as_prompt: bool
-) -> int:
-    """Announce every finished, not yet announced prompt run of the child; returns how many."""
-    conn = ctx.conn
-    parent = queries.get_session(conn, parent_id)
-    if parent.state is SessionState.CLOSED:
-        return 0
-    done = 0
-    for command in queries.commands_of(conn, child_id):
-        if command.kind is not CommandKind.PROMPT or not command.is_final:
-            continue
-        if _announced(conn, parent_id, command.id):
-            continue
-        payload = _announcement(child_id, command)
-        ops.append_events(ctx, parent_id, None, [NewEvent("announce", payload)])
-        if as_prompt:
-            text = f"[subagent {child_id} finished: status={payload['status']}]\n{payload['text']}"
-            ops.enqueue(
-                ctx,
-                parent_id,
-                CommandKind.PROMPT,
-                {"content": [{"type": "text", "text": text}]},
-                f"announce:{command.id}",
-            )
-        done += 1
-    return done
-
-
-def _announcement(child_id: str, command: CommandRecord) -> dict[str, Any]:
-    result = command.result or {}
-    started = command.started_at or command.created_at
-    finished = command.finished_at or started
-    return {
-        "childSessionId": child_id,
-        "commandId": command.id,
-        "status": status_of(command),
-        "text": str(result.get("text") or command.error or ""),
-        "usage": result.get("usage"),
-        "durationMs": int((finished - started).total_seconds() * 1000),
-    }
 
 
 class AnnounceSink:

@@ -35,8 +35,7 @@ from typing import Any
 
 from actors.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
-from store import NewEvent, Store, WriteContext
-from store import operations as ops
+from store import NewEvent, Store, WriteContext, ops
 
 log = logging.getLogger(__name__)
 

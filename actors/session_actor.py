@@ -33,7 +33,6 @@ from tenacity import (
     wait_exponential,
 )
 
-from actors import turns
 from actors.launch import launch_for
 from actors.leftovers import kill_leftovers
 from actors.live_agents import LiveAgents
@@ -63,8 +62,8 @@ from state_machines import (
     StoreUnavailable,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, Store, WriteContext, queries
-from store import operations as ops
+from store import CommandKind, CommandRecord, Store, WriteContext, ops, queries
+from store.ops import turns
 from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
@@ -505,7 +504,9 @@ class SessionActor(pykka.ThreadingActor):
         """Checked before starting an agent, so a child held back by max_running_children
         holds no agent process either (the claim re-checks it inside its transaction)."""
         cap = self.deps.settings.max_running_children
-        return self.store.read_raw(lambda raw: turns.siblings_running(raw, self.session_id)) >= cap
+        return (
+            self.store.read_raw(lambda raw: queries.siblings_running(raw, self.session_id)) >= cap
+        )
 
     def _wake_siblings(self, parent_id: str) -> None:
         """A child finished a turn: a sibling held back by max_running_children may go."""

@@ -20,7 +20,6 @@ import threading
 import time
 
 import pykka
-from sqlalchemy import Connection, select
 
 from actors.live_agents import LiveAgents
 from actors.messages import CancelTurn, CloseSession, SlotGranted, Tick, Wake
@@ -28,11 +27,9 @@ from actors.session_actor import ActorDeps, SessionActor
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
-from state_machines import CommandState, ControlPlaneError, SessionState
-from store import RecoveryReport, Store
-from store import operations as ops
+from state_machines import ControlPlaneError
+from store import RecoveryReport, Store, ops, queries
 from store.ownership import owner_alive, this_owner
-from store.schema import commands, sessions
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +178,7 @@ class Supervisor:
 
     def _discover(self) -> None:
         """Queue every session with work that no live process owns."""
-        for session_id in self.store.read(lambda c: _sessions_with_work(c, self.me)):
+        for session_id in self.store.read(lambda c: queries.sessions_with_work(c, self.me)):
             ref = self._live(session_id)
             if ref is None:
                 self.slots.request(session_id)
@@ -213,27 +210,3 @@ class Supervisor:
                 self._discover()
             except Exception:
                 log.exception("supervisor sweep failed")
-
-
-def _sessions_with_work(conn: Connection, me: str) -> list[str]:
-    rows = conn.execute(
-        select(sessions.c.id, sessions.c.owner)
-        .where(
-            sessions.c.state != SessionState.CLOSED.value,
-            (sessions.c.state == SessionState.CREATING.value)
-            | sessions.c.id.in_(
-                select(commands.c.session_id).where(commands.c.state == CommandState.QUEUED.value)
-            ),
-        )
-        .order_by(sessions.c.created_at)
-    ).all()
-    alive: dict[str, bool] = {}  # one /proc look-up per distinct owner, not per session
-
-    def free(owner: str | None) -> bool:
-        if owner is None or owner == me:
-            return True
-        if owner not in alive:
-            alive[owner] = owner_alive(owner)
-        return not alive[owner]
-
-    return [r.id for r in rows if free(r.owner)]

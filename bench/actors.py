@@ -74,8 +74,13 @@ from bench._common import (  # noqa: E402
 from bench.store_throughput import run_control_plane  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
 from protocol.permissions import Decision, PermissionPolicy  # noqa: E402
-from store import AgentSpec, CommandKind, Store, StoreOptions  # noqa: E402
-from store import operations as ops  # noqa: E402
+from store import (  # noqa: E402
+    AgentSpec,
+    CommandKind,
+    Store,
+    StoreOptions,
+    ops,
+)
 from store.schema import commands, sessions  # noqa: E402
 
 EXAMPLE = AgentSpec("example-agent", (sys.executable, "-m", "protocol.example_agent"))

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from control_plane.api import ControlPlane
     from control_plane.async_api import AsyncControlPlane
     from control_plane.outcome import Outcome
-    from control_plane.queue_modes import QueueMode
     from protocol.permissions import Decision, PermissionPolicy
     from state_machines import (
         AgentExited,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
         StoreOptions,
         Synchronous,
     )
+    from store.records import QueueMode
 
 __all__ = [
     "AgentExited",
@@ -99,7 +99,7 @@ _SOURCES: dict[str, str] = {
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",
     "Outcome": "control_plane.outcome",
-    "QueueMode": "control_plane.queue_modes",
+    "QueueMode": "store.records",
     "Decision": "protocol.permissions",
     "PermissionPolicy": "protocol.permissions",
     **dict.fromkeys(

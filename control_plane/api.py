@@ -8,6 +8,7 @@ work to the supervisor, which runs them as actors against their agents.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,7 +24,6 @@ from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.export import export_session
 from control_plane.outcome import Outcome
-from control_plane.queue_modes import QueueMode
 from control_plane.subagent_bridge import SubagentBridge
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
@@ -35,15 +35,16 @@ from store import (
     CommandKind,
     CommandRecord,
     EventRecord,
+    QueueMode,
     RecoveryReport,
     SessionRecord,
     SinkKind,
     SpawnResult,
     Store,
     StoreOptions,
-    WriteContext,
+    ops,
+    queries,
 )
-from store import operations as ops
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
@@ -247,24 +248,6 @@ class ControlPlane:
         payload = {"content": prompt_blocks(prompt)}
         chosen = QueueMode(mode) if mode is not None else None
 
-        def write(ctx: WriteContext) -> tuple[CommandRecord, bool]:
-            effective = chosen or QueueMode(ops.queue_mode_of(ctx, session_id))
-            known = ops.find_by_key(ctx, session_id, idempotency_key)
-            if known is not None:  # a retry: never cancel anything twice
-                return ops.enqueue(
-                    ctx, session_id, CommandKind.PROMPT, payload, idempotency_key
-                ).command, False
-            cancels = effective in (QueueMode.STEER, QueueMode.INTERRUPT)
-            if effective is QueueMode.INTERRUPT:
-                ops.cancel(ctx, session_id, include_queued=True)
-            elif effective is QueueMode.STEER:
-                ops.cancel(ctx, session_id)
-            priority = 1 if effective is QueueMode.STEER else 0
-            command = ops.enqueue(
-                ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
-            ).command
-            return command, cancels
-
         done: Future[CommandRecord] = Future()
 
         def committed(future: Future[tuple[CommandRecord, bool]]) -> None:
@@ -285,6 +268,13 @@ class ControlPlane:
             finally:
                 done.set_result(command)
 
+        write = functools.partial(
+            ops.submit_prompt,
+            session_id=session_id,
+            payload=payload,
+            idempotency_key=idempotency_key,
+            mode=chosen,
+        )
         self.store.submit(write).add_done_callback(committed)
         return done
 
@@ -316,7 +306,7 @@ class ControlPlane:
         also every queued command. Running descendants are cancelled too. Idempotent."""
         state = self.store.cancel(session_id, include_queued)
         self.supervisor.cancel_turn(session_id)
-        for child_id in self.store.read(lambda c: ops.descendants(c, session_id)):
+        for child_id in self.store.read(lambda c: queries.descendants(c, session_id)):
             if self.store.get_session(child_id).state in TURN_STATES:
                 self.store.cancel(child_id)
                 self.supervisor.cancel_turn(child_id)
@@ -326,7 +316,7 @@ class ControlPlane:
         """Close for good: the agent is stopped, open commands are cancelled; then every
         descendant, parents before children, so no announce lands in a closed parent (a
         crash in between is finished by recovery, which closes orphans)."""
-        descendants = self.store.read(lambda c: ops.descendants(c, session_id))
+        descendants = self.store.read(lambda c: queries.descendants(c, session_id))
         self._close_one(session_id, reason)
         for child_id in descendants:
             if self.store.get_session(child_id).state is not SessionState.CLOSED:

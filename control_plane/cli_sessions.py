@@ -6,7 +6,6 @@ missing store stay fast.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,8 +27,6 @@ from control_plane.cli_common import (
 from state_machines import CommandState, SessionState
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported by the commands that open it
-    from sqlalchemy import Connection
-
     from store import EventRecord, SessionRecord
 
 app = typer.Typer(help="List, inspect, export, cancel and close sessions.", no_args_is_help=True)
@@ -272,15 +269,16 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
     """Store path, sessions by state, running turns, queue depth, last recovery."""
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened_store(ctx) as store:
-        from store import operations as ops
         from store import queries
         from store.ownership import this_owner
 
         by_state = store.read(queries.count_sessions_by_state)
-        queued = store.read(lambda c: _count_commands(c, CommandState.QUEUED))
-        running = store.read(lambda c: _count_commands(c, CommandState.RUNNING))
-        orphaned = store.read(lambda c: ops.orphaned_sessions(c, this_owner(), include_mine=False))
-        interrupted = store.read(_interrupted_counts)
+        queued = store.read(lambda c: queries.count_commands(c, CommandState.QUEUED))
+        running = store.read(lambda c: queries.count_commands(c, CommandState.RUNNING))
+        orphaned = store.read(
+            lambda c: queries.orphaned_sessions(c, this_owner(), include_mine=False)
+        )
+        interrupted = store.read(queries.interrupted_counts)
         path = store.path
     report: dict[str, Any] = {
         "store": path,
@@ -309,31 +307,4 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
         f"recovery: {rec['interruptedRuns']} interrupted runs so far ({rec['retried']} retried, "
         f"{rec['failedAfterBudget']} failed after their attempt budget); "
         f"{rec['awaitingRecovery']} sessions of dead owners await the next open"
-    )
-
-
-def _interrupted_counts(conn: Connection) -> dict[str, int]:
-    from sqlalchemy import func, select
-
-    from store.schema import events
-
-    rows = conn.execute(select(events.c.payload).where(events.c.kind == "interrupted")).scalars()
-    retried = sum(1 for raw in rows if json.loads(raw).get("willRetry"))
-    total = int(
-        conn.execute(
-            select(func.count()).select_from(events).where(events.c.kind == "interrupted")
-        ).scalar_one()
-    )
-    return {"total": total, "retried": retried, "failed": total - retried}
-
-
-def _count_commands(conn: Connection, state: CommandState) -> int:
-    from sqlalchemy import func, select
-
-    from store.schema import commands
-
-    return int(
-        conn.execute(
-            select(func.count()).select_from(commands).where(commands.c.state == state.value)
-        ).scalar_one()
     )

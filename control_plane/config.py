@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from control_plane.queue_modes import QueueMode
 from protocol.permissions import Decision
 from state_machines import ControlPlaneError
+from store.records import QueueMode
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
     from actors.agent_profiles import AgentProfiles

@@ -62,9 +62,9 @@ from store import (
     CommittedEvent,
     EventRecord,
     SessionCommit,
+    ops,
     queries,
 )
-from store import operations as ops
 from store.hashing import command_hash
 
 log = logging.getLogger(__name__)

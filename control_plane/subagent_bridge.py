@@ -69,11 +69,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from actors.announce import status_of
 from control_plane.agents import agent_from_command
 from control_plane.bridge_wire import SECRET_ENV
 from state_machines import ControlPlaneError, SessionState
-from store import operations as ops
+from store import queries
+from store.ops.announce import status_of
 
 if TYPE_CHECKING:
     from control_plane.api import ControlPlane
@@ -363,7 +363,7 @@ class SubagentBridge:
 
     def _descendant(self, session_id: str, args: dict[str, Any]) -> str:
         child = str(args.get("id") or "")
-        tree = self.cp.store.read(lambda c: ops.descendants(c, session_id))
+        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
         if child not in tree:
             raise BridgeRefused(f"refused: {child!r} is not a subagent of this session")
         return child
@@ -384,7 +384,7 @@ class SubagentBridge:
         return {"id": spawned.session.id, "mode": mode, "state": spawned.session.state.value}
 
     def _list(self, session_id: str) -> list[dict[str, Any]]:
-        tree = self.cp.store.read(lambda c: ops.descendants(c, session_id))
+        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
         listed = []
         for child_id in tree:
             child = self.cp.get(child_id)

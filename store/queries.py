@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
 from state_machines import CommandState, SessionNotFound, SessionState
 from state_machines.errors import CommandNotFound
+from store.ownership import owner_alive
 from store.records import BindingRecord, CommandRecord, EventRecord, SessionRecord
 from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
 from store.schema import agent_capabilities as agent_capabilities_table
@@ -194,3 +196,113 @@ def agent_capabilities(conn: Connection, command_hash: str) -> dict[str, Any] | 
 def store_identity(conn: Connection) -> str:
     """The store's random identity (migration 0007)."""
     return str(conn.execute(select(store_identity_table.c.id)).scalar_one())
+
+
+def descendants(conn: Connection, session_id: str) -> list[str]:
+    """Every session below ``session_id``, parents before their children."""
+    found: list[str] = []
+    frontier = [session_id]
+    while frontier:
+        children = list(
+            conn.execute(
+                select(sessions.c.id)
+                .where(sessions.c.parent_id.in_(frontier))
+                .order_by(sessions.c.created_at)
+            ).scalars()
+        )
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def orphaned_sessions(conn: Connection, me: str, include_mine: bool) -> set[str]:
+    """Sessions with work in flight whose owner is gone (or none; or this process, when it
+    has just opened the store and so cannot be running anything yet)."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner).where(
+            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.RUNNING.value)
+            )
+        )
+    ).all()
+    return {
+        r.id
+        for r in rows
+        if r.owner is None
+        or (r.owner == me and include_mine)
+        or (r.owner != me and not owner_alive(r.owner))
+    }
+
+
+def interrupted_counts(conn: Connection) -> dict[str, int]:
+    """How many runs were interrupted so far, retried and failed after their budget."""
+    rows = conn.execute(select(events.c.payload).where(events.c.kind == "interrupted")).scalars()
+    retried = sum(1 for raw in rows if json.loads(raw).get("willRetry"))
+    total = int(
+        conn.execute(
+            select(func.count()).select_from(events).where(events.c.kind == "interrupted")
+        ).scalar_one()
+    )
+    return {"total": total, "retried": retried, "failed": total - retried}
+
+
+def count_commands(conn: Connection, state: CommandState) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).select_from(commands).where(commands.c.state == state.value)
+        ).scalar_one()
+    )
+
+
+def sessions_with_work(conn: Connection, me: str) -> list[str]:
+    """Open sessions with work (queued commands, or still ``creating``) that no live process
+    other than ``me`` owns, oldest first."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner)
+        .where(
+            sessions.c.state != SessionState.CLOSED.value,
+            (sessions.c.state == SessionState.CREATING.value)
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.QUEUED.value)
+            ),
+        )
+        .order_by(sessions.c.created_at)
+    ).all()
+    alive: dict[str, bool] = {}  # one /proc look-up per distinct owner, not per session
+
+    def free(owner: str | None) -> bool:
+        if owner is None or owner == me:
+            return True
+        if owner not in alive:
+            alive[owner] = owner_alive(owner)
+        return not alive[owner]
+
+    return [r.id for r in rows if free(r.owner)]
+
+
+def announced(conn: Connection, parent_id: str, command_id: str) -> bool:
+    """Whether the child's run ``command_id`` was announced to the parent already."""
+    count = conn.execute(
+        select(func.count())
+        .select_from(events)
+        .where(
+            events.c.session_id == parent_id,
+            events.c.kind == "announce",
+            func.json_extract(events.c.payload, "$.commandId") == command_id,
+        )
+    ).scalar_one()
+    return bool(count)
+
+
+def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
+    """How many other children of this session's parent are in a turn (0 without a parent);
+    on a driver connection (``Store.read_raw``): it runs before every child's agent start."""
+    parent = raw.execute("SELECT parent_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if parent is None or parent[0] is None:
+        return 0
+    (count,) = raw.execute(
+        "SELECT count(*) FROM sessions WHERE parent_id = ? AND id != ? AND state IN (?, ?)",
+        (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
+    ).fetchone()
+    return int(count)

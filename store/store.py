@@ -21,8 +21,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from state_machines import SessionNotFound, SessionState, StoreError
 from store import hot_sql as hot
-from store import operations as ops
-from store import queries
+from store import ops, queries
 from store.driver_errors import as_damaged, is_damage
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
 from store.feed import FeedListener, SessionFeeds
@@ -306,7 +305,7 @@ class Store:
         return self.write(lambda ctx: ops.cancel(ctx, session_id, include_queued))
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
-        return self.write(lambda ctx: ops.close(ctx, session_id, reason))
+        return self.write(lambda ctx: ops.close_session(ctx, session_id, reason))
 
     def advance_checkpoint(self, binding_id: str, seq: int) -> int:
         return self.write(lambda ctx: ops.advance_checkpoint(ctx, binding_id, seq))
@@ -323,12 +322,12 @@ class Store:
         return self._writer.last_fault
 
     def recover(self, me: str | None = None, include_mine: bool = True) -> RecoveryReport:
-        """Recover interrupted work (see ``operations.recover``). Without ``include_mine``
+        """Recover interrupted work (see ``ops.recover``). Without ``include_mine``
         (a periodic sweep in a running process) it first checks on a reader and writes only
         when some dead owner left work behind."""
         if not include_mine:
             owner = me or this_owner()
-            if not self.read(lambda c: ops.orphaned_sessions(c, owner, include_mine=False)):
+            if not self.read(lambda c: queries.orphaned_sessions(c, owner, include_mine=False)):
                 return RecoveryReport()
         return self.write(lambda ctx: ops.recover(ctx, me, include_mine))
 

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from state_machines import IdempotencyConflict, StoreError
-from store import CommandKind, Store, WriteContext
-from store import operations as ops
+from store import CommandKind, Store, WriteContext, ops
 from tests.conftest import AGENT
 
 PAYLOAD = {"content": [{"type": "text", "text": "hello"}]}

@@ -11,7 +11,7 @@ import pytest
 
 from control_plane import CommandState, SessionState
 from state_machines import StaleEpoch
-from store import operations as ops
+from store import ops
 from tests.conftest import pid_alive
 from tests.cp_harness import example_agent, invocations, open_cp
 

@@ -15,8 +15,7 @@ import pytest
 
 from actors.recorder import StoreRecorder
 from state_machines import CommandState, IllegalTransition
-from store import NewEvent, SessionCommit, Store, WriteContext
-from store import operations as ops
+from store import NewEvent, SessionCommit, Store, WriteContext, ops
 from tests.conftest import AGENT
 
 PROMPT = [{"type": "text", "text": "hello"}]

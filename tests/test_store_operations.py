@@ -16,8 +16,7 @@ from state_machines import (
     SessionState,
 )
 from state_machines.errors import CheckpointError, CommandNotFound
-from store import BindingSpec, CommandKind, NewEvent, SinkKind, Store
-from store import operations as ops
+from store import BindingSpec, CommandKind, NewEvent, SinkKind, Store, ops
 from tests.conftest import AGENT
 
 PROMPT = [{"type": "text", "text": "hello"}]

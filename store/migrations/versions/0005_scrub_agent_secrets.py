@@ -4,7 +4,7 @@ their values (API keys were stored in clear in ``sessions.agent`` and in each
 
 ``secure_delete`` is on for the rewrite so the old bytes do not linger in freed pages; the
 store checkpoints the WAL after migrating (``store.migrate``) so they do not linger there.
-Spawn request hashes stay as they were: ``store.operations.spawn`` also accepts the digest
+Spawn request hashes stay as they were: ``store.ops.sessions.spawn`` also accepts the digest
 these releases computed, so an idempotent re-spawn after the upgrade still matches.
 
 Revision ID: 0005

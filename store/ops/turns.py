@@ -7,16 +7,19 @@ session to ``running`` and logging the user's prompt commit together or not at a
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from typing import Any
 
 from sqlalchemy import update
 
 from state_machines import CommandState, SessionEvent, SessionState
-from store import CommandKind, CommandRecord, NewEvent, WriteContext, queries
-from store import operations as ops
+from store import queries
+from store.ops import commands, events, fencing
+from store.ops import sessions as session_ops
+from store.ops._shared import transition_session
+from store.records import CommandKind, CommandRecord, NewEvent
 from store.schema import sessions
+from store.writer import WriteContext
 
 
 def begin_next(
@@ -35,16 +38,16 @@ def begin_next(
     ``context_kept``: the agent was restored with its conversation (resumed or loaded), so
     a prompt a crash interrupted is already in it: such a prompt is not sent again but ends
     ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
-        and siblings_running(ctx.raw, session_id) >= max_running_children
+        and queries.siblings_running(ctx.raw, session_id) >= max_running_children
     ):
         return []
-    first = ops.claim_next(ctx, session_id)
+    first = commands.claim_next(ctx, session_id)
     while first is not None and context_kept and _was_interrupted(first):
         _report_interrupted(ctx, first)
-        first = ops.claim_next(ctx, session_id)
+        first = commands.claim_next(ctx, session_id)
     if first is None:
         return []
     claimed = [first]
@@ -53,15 +56,15 @@ def begin_next(
             following = queries.next_queued(ctx.conn, session_id)
             if following is None or following.kind is not CommandKind.PROMPT:
                 break
-            nxt = ops.claim_next(ctx, session_id)
+            nxt = commands.claim_next(ctx, session_id)
             assert nxt is not None
             claimed.append(nxt)
-        ops.transition_session(ctx.conn, session_id, SessionEvent.TURN_STARTED, epoch=epoch)
+        transition_session(ctx.conn, session_id, SessionEvent.TURN_STARTED, epoch=epoch)
         content = [block for cmd in claimed for block in cmd.payload.get("content", [])]
         payload: dict[str, Any] = {"commandId": first.id, "content": content}
         if len(claimed) > 1:
             payload["commandIds"] = [c.id for c in claimed]
-        ops.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
+        events.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
     return claimed
 
 
@@ -77,25 +80,13 @@ def _report_interrupted(ctx: WriteContext, command: CommandRecord) -> None:
         "with this prompt in it, so it was not sent again"
     )
     # This claim sent nothing: it does not count as an attempt.
-    ops.interrupt_command(ctx, command.id, reason, attempts=command.attempts - 1)
-    ops.append_events(
+    commands.interrupt_command(ctx, command.id, reason, attempts=command.attempts - 1)
+    events.append_events(
         ctx,
         command.session_id,
         command.id,
         [NewEvent("turn_interrupted", {"commandId": command.id, "reason": reason})],
     )
-
-
-def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
-    """How many other children of this session's parent are in a turn (0 without a parent)."""
-    parent = raw.execute("SELECT parent_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    if parent is None or parent[0] is None:
-        return 0
-    (count,) = raw.execute(
-        "SELECT count(*) FROM sessions WHERE parent_id = ? AND id != ? AND state IN (?, ?)",
-        (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
-    ).fetchone()
-    return int(count)
 
 
 def finish_turn(
@@ -108,8 +99,8 @@ def finish_turn(
     error: str | None,
 ) -> None:
     """Record the turn's outcome on every command it served and return the session to idle."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
-    ops.append_events(
+    fencing.check_epoch(ctx.conn, session_id, epoch)
+    events.append_events(
         ctx,
         session_id,
         command_ids[0],
@@ -126,20 +117,20 @@ def finish_turn(
     )
     for command_id in command_ids:
         if final is CommandState.COMPLETED:
-            ops.complete(ctx, command_id, outcome)
+            commands.complete(ctx, command_id, outcome)
         elif final is CommandState.CANCELLED:
-            ops.cancel_command(ctx, command_id, error or "cancelled", result=outcome)
+            commands.cancel_command(ctx, command_id, error or "cancelled", result=outcome)
         else:
-            ops.fail(ctx, command_id, error or "failed", result=outcome)
-    ops.transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
+            commands.fail(ctx, command_id, error or "failed", result=outcome)
+    transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
 
 
 def fail_turn(
     ctx: WriteContext, session_id: str, epoch: int, command_ids: tuple[str, ...], error: str
 ) -> None:
     """The agent died or broke the protocol mid-turn: commands failed, session to ``error``."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
-    ops.append_events(
+    fencing.check_epoch(ctx.conn, session_id, epoch)
+    events.append_events(
         ctx,
         session_id,
         command_ids[0],
@@ -147,10 +138,10 @@ def fail_turn(
     )
     for command_id in command_ids:
         if queries.get_command(ctx.conn, command_id).state is CommandState.RUNNING:
-            ops.fail(ctx, command_id, error)
+            commands.fail(ctx, command_id, error)
     state = queries.get_session(ctx.conn, session_id).state
     if state is not SessionState.ERROR:
-        ops.transition_session(
+        transition_session(
             ctx.conn, session_id, SessionEvent.AGENT_DIED, epoch=epoch, last_error=error
         )
 
@@ -168,9 +159,9 @@ def agent_started(
     """A (re)started agent holds the session: ``creating -> idle`` or ``error -> idle``.
     Its process tree is recorded so that recovery can kill what a crash left running, and
     (``capabilities``: command, ``initialize`` answer) what the agent command offers."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
     if capabilities is not None:
-        ops.record_agent_capabilities(ctx, *capabilities)
+        session_ops.record_agent_capabilities(ctx, *capabilities)
     state = queries.get_session(ctx.conn, session_id).state
     ctx.conn.execute(
         update(sessions)
@@ -182,12 +173,14 @@ def agent_started(
         )
     )
     if state is SessionState.CREATING:
-        ops.transition_session(ctx.conn, session_id, SessionEvent.CREATED, epoch=epoch)
+        transition_session(ctx.conn, session_id, SessionEvent.CREATED, epoch=epoch)
     elif state is SessionState.ERROR:
-        ops.transition_session(
+        transition_session(
             ctx.conn, session_id, SessionEvent.RESTARTED, epoch=epoch, last_error=None
         )
-    ops.append_events(ctx, session_id, None, [NewEvent("agent_started", {"how": how, **details})])
+    events.append_events(
+        ctx, session_id, None, [NewEvent("agent_started", {"how": how, **details})]
+    )
 
 
 def start_failed(
@@ -200,27 +193,27 @@ def start_failed(
     """The agent could not be started: session to ``error``, and the command that needed
     the agent fails with the reason (it is not retried forever). Returns its id.
     ``agent_error``: the agent's own JSON-RPC error (e.g. -32000 authentication required)."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
     state = queries.get_session(ctx.conn, session_id).state
     event = SessionEvent.AGENT_DIED if state is SessionState.IDLE else SessionEvent.START_FAILED
-    ops.transition_session(ctx.conn, session_id, event, epoch=epoch, last_error=error)
+    transition_session(ctx.conn, session_id, event, epoch=epoch, last_error=error)
     payload: dict[str, Any] = {"error": error}
     if agent_error is not None:
         payload["agentError"] = agent_error
-    ops.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", payload)])
-    command = ops.claim_next(ctx, session_id)
+    events.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", payload)])
+    command = commands.claim_next(ctx, session_id)
     if command is None:
         return None
     result = None if agent_error is None else {"agentError": agent_error}
-    ops.fail(ctx, command.id, f"agent could not start: {error}", result=result)
+    commands.fail(ctx, command.id, f"agent could not start: {error}", result=result)
     return command.id
 
 
 def agent_gone(ctx: WriteContext, session_id: str, epoch: int, exit_code: int | None) -> None:
     """The agent exited while the session was idle: ``idle -> error`` (restart on next use)."""
-    ops.check_epoch(ctx.conn, session_id, epoch)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
     if queries.get_session(ctx.conn, session_id).state is SessionState.IDLE:
-        ops.transition_session(
+        transition_session(
             ctx.conn,
             session_id,
             SessionEvent.AGENT_DIED,
@@ -232,12 +225,12 @@ def agent_gone(ctx: WriteContext, session_id: str, epoch: int, exit_code: int | 
 def complete_simple(
     ctx: WriteContext, session_id: str, epoch: int, command_id: str, result: dict[str, Any]
 ) -> None:
-    ops.check_epoch(ctx.conn, session_id, epoch)
-    ops.complete(ctx, command_id, result)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
+    commands.complete(ctx, command_id, result)
 
 
 def fail_simple(
     ctx: WriteContext, session_id: str, epoch: int, command_id: str, error: str
 ) -> None:
-    ops.check_epoch(ctx.conn, session_id, epoch)
-    ops.fail(ctx, command_id, error)
+    fencing.check_epoch(ctx.conn, session_id, epoch)
+    commands.fail(ctx, command_id, error)

@@ -1,0 +1,163 @@
+"""What every write operation shares: ids, compact JSON, the guarded transitions of
+sessions and commands (their allowed sets come from the transition tables: ``UPDATE ...
+WHERE state IN (sources)``; a row count of zero means the guard refused, and the operation
+raises ``IllegalTransition`` with the state it found), and the insert of a command."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+import uuid
+from typing import Any
+
+from sqlalchemy import Connection
+
+from state_machines import (
+    COMMAND_MACHINE,
+    SESSION_MACHINE,
+    CommandEvent,
+    CommandState,
+    SessionClosed,
+    SessionEvent,
+    SessionNotFound,
+    SessionState,
+)
+from state_machines.errors import (
+    CommandNotFound,
+    StaleEpoch,
+)
+from store import hot_sql as hot
+from store.hashing import canonical_payload
+from store.records import (
+    CommandKind,
+    CommandRecord,
+)
+from store.writer import WriteContext
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool], str] = {}
+
+
+def driver_of(conn: Connection) -> Any:
+    return conn.connection.driver_connection
+
+
+def transition_session(
+    conn: Connection,
+    session_id: str,
+    event: SessionEvent,
+    epoch: int | None = None,
+    **values: Any,
+) -> SessionState:
+    """Apply ``event`` to a session through the SQL guard; returns the new state.
+
+    With ``epoch`` the write is fenced: it only applies while the session's epoch is still
+    the caller's, else ``StaleEpoch``. (Fixed SQL on the driver: this runs several times per
+    turn, see store/hot_sql.py for why.)
+    """
+    raw = driver_of(conn)
+    row = raw.execute(hot.SESSION_STATE, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    target = SESSION_MACHINE.next_state(SessionState(row[0]), event, subject=session_id)
+    allowed = sorted(
+        s.value
+        for s in SESSION_MACHINE.sources(event)
+        if SESSION_MACHINE.transitions[(s, event)] == target
+    )
+    key = (tuple(values), len(allowed), epoch is not None)
+    sql = _SESSION_TRANSITION_SQL.get(key)
+    if sql is None:
+        sets = ", ".join(f"{name} = ?" for name in ("state", "updated_at", *values))
+        marks = ", ".join("?" for _ in allowed)
+        fence = " AND epoch = ?" if epoch is not None else ""
+        sql = f"UPDATE sessions SET {sets} WHERE id = ? AND state IN ({marks}){fence}"
+        _SESSION_TRANSITION_SQL[key] = sql
+    params: tuple[Any, ...] = (target.value, time.time(), *values.values(), session_id, *allowed)
+    if epoch is not None:
+        params = (*params, epoch)
+    if raw.execute(sql, params).rowcount != 1:
+        state, current_epoch = raw.execute(
+            "SELECT state, epoch FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if epoch is not None and current_epoch != epoch:
+            raise StaleEpoch(session_id, epoch)
+        SESSION_MACHINE.next_state(SessionState(state), event, subject=session_id)  # raises
+    return target
+
+
+def insert_command(
+    ctx: WriteContext,
+    session_id: str,
+    kind: CommandKind,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    max_attempts: int,
+    priority: int = 0,
+) -> CommandRecord:
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
+    if row is None:
+        if raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+            raise SessionNotFound(session_id)
+        raise SessionClosed(session_id)
+    now = time.time()
+    payload_text, digest = canonical_payload(kind.value, payload)
+    record = hot.queued_command_row(
+        new_id(),
+        session_id,
+        row[0],
+        kind.value,
+        payload_text,
+        idempotency_key,
+        digest,
+        priority,
+        max_attempts,
+        now,
+    )
+    raw.execute(hot.INSERT_COMMAND, record)
+    return hot.command_from_tuple(record)
+
+
+_TRANSITION_SQL: dict[tuple[tuple[str, ...], int], str] = {}
+
+
+@functools.cache
+def _command_event_guard(event: CommandEvent) -> tuple[CommandState, tuple[str, ...]]:
+    """The event's target state and the states it may leave from (from the table)."""
+    (target,) = COMMAND_MACHINE.targets(event)  # every command event has one target state
+    return target, tuple(sorted(s.value for s in COMMAND_MACHINE.sources(event)))
+
+
+def transition_command(
+    ctx: WriteContext, command_id: str, event: CommandEvent, **values: Any
+) -> CommandRecord:
+    """One guarded ``UPDATE ... RETURNING``; a refused guard reads the row to say why."""
+    target, allowed = _command_event_guard(event)
+    key = (tuple(values), len(allowed))
+    sql = _TRANSITION_SQL.get(key)
+    if sql is None:
+        sql = _TRANSITION_SQL[key] = hot.transition_sql(key[0], key[1])
+    params = (target.value, time.time(), *values.values(), command_id, *allowed)
+    row = ctx.raw.execute(sql, params).fetchone()
+    if row is None:
+        current = hot.fetch_command(ctx.raw, command_id)
+        if current is None:
+            raise CommandNotFound(command_id)
+        state = CommandState(current[hot.COMMAND_COLUMNS.index("state")])
+        COMMAND_MACHINE.next_state(state, event, subject=command_id)  # raises
+    record = hot.command_from_tuple(row)
+    if target in COMMAND_MACHINE.final:
+        ctx.finished_records.append(record)
+    return record

@@ -1,0 +1,186 @@
+"""Command writes: enqueue, claim, complete, fail, interrupt, cancel."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from state_machines import (
+    CommandEvent,
+    CommandState,
+    IdempotencyConflict,
+    SessionEvent,
+    SessionNotFound,
+    SessionState,
+)
+from store import hot_sql as hot
+from store import queries
+from store.faults import fault_point
+from store.hashing import request_hash
+from store.ops._shared import (
+    DEFAULT_MAX_ATTEMPTS,
+    compact_json,
+    insert_command,
+    transition_command,
+    transition_session,
+)
+from store.ops.events import insert_events
+from store.records import (
+    CommandKind,
+    CommandRecord,
+    EnqueueResult,
+    NewEvent,
+    QueueMode,
+)
+from store.schema import commands
+from store.writer import WriteContext
+
+
+def queue_mode_of(ctx: WriteContext, session_id: str) -> str:
+    """The session's queue mode (``SessionNotFound`` for an unknown id)."""
+    row = ctx.raw.execute(hot.SESSION_QUEUE_MODE, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return str(row[0])
+
+
+def find_by_key(ctx: WriteContext, session_id: str, key: str | None) -> str | None:
+    """The id of the session's command with this idempotency key, if any."""
+    if key is None:
+        return None
+    row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, key)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def enqueue(
+    ctx: WriteContext,
+    session_id: str,
+    kind: CommandKind,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = 0,
+) -> EnqueueResult:
+    """Queue a command at the session's next seq. A known key with the same kind and payload
+    returns the original command (with its outcome once final); with another, a conflict.
+    A closed session refuses new commands (``SessionClosed``)."""
+    if idempotency_key is not None:
+        row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, idempotency_key)).fetchone()
+        if row is not None:
+            if row[1] != request_hash(kind.value, payload):
+                raise IdempotencyConflict(idempotency_key, f"session {session_id}", row[0])
+            existing = hot.fetch_command(ctx.raw, row[0])
+            assert existing is not None
+            return EnqueueResult(hot.command_from_tuple(existing), created=False)
+    command = insert_command(
+        ctx, session_id, kind, payload, idempotency_key, max_attempts, priority
+    )
+    fault_point("enqueue.after_insert")
+    return EnqueueResult(command, created=True)
+
+
+def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
+    """Move the session's next queued command (highest priority, then lowest seq) to
+    ``running``; each claim counts as an attempt."""
+    now = time.time()
+    row = ctx.raw.execute(hot.CLAIM_NEXT, (now, now, session_id)).fetchone()
+    if row is None:
+        if ctx.raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+            raise SessionNotFound(session_id)  # unknown ids are an error, not "no work"
+        return None
+    return hot.command_from_tuple(row)
+
+
+def complete(ctx: WriteContext, command_id: str, result: dict[str, Any]) -> CommandRecord:
+    return transition_command(
+        ctx, command_id, CommandEvent.COMPLETE, result=compact_json(result), finished_at=time.time()
+    )
+
+
+def fail(
+    ctx: WriteContext, command_id: str, error: str, result: dict[str, Any] | None = None
+) -> CommandRecord:
+    values: dict[str, Any] = {"error": error, "finished_at": time.time()}
+    if result is not None:
+        values["result"] = compact_json(result)
+    return transition_command(ctx, command_id, CommandEvent.FAIL, **values)
+
+
+def interrupt_command(
+    ctx: WriteContext, command_id: str, error: str, **values: Any
+) -> CommandRecord:
+    """A run a crash cut short that will not be sent again: final ``interrupted``."""
+    return transition_command(
+        ctx, command_id, CommandEvent.INTERRUPT, error=error, finished_at=time.time(), **values
+    )
+
+
+def cancel_command(
+    ctx: WriteContext, command_id: str, reason: str, result: dict[str, Any] | None = None
+) -> CommandRecord:
+    values: dict[str, Any] = {"error": reason, "finished_at": time.time()}
+    if result is not None:
+        values["result"] = compact_json(result)
+    return transition_command(ctx, command_id, CommandEvent.CANCEL, **values)
+
+
+def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> SessionState:
+    """Ask the running turn to stop (``running -> cancelling``); optionally cancel the queue.
+
+    Idempotent: where no turn runs the table absorbs ``cancel``.
+    """
+    conn = ctx.conn
+    before = queries.get_session(conn, session_id).state
+    state = transition_session(conn, session_id, SessionEvent.CANCEL)
+    if include_queued:
+        cancel_queued(ctx, session_id, "cancelled with the session's queue")
+    if before is SessionState.RUNNING:
+        insert_events(ctx, session_id, None, [NewEvent("cancel_requested", {})])
+    return state
+
+
+def cancel_queued(
+    ctx: WriteContext, session_id: str, reason: str, running_too: bool = False
+) -> int:
+    states = [CommandState.QUEUED.value] + ([CommandState.RUNNING.value] if running_too else [])
+    ids = (
+        ctx.conn.execute(
+            select(commands.c.id).where(
+                commands.c.session_id == session_id, commands.c.state.in_(states)
+            )
+        )
+        .scalars()
+        .all()
+    )
+    for command_id in ids:
+        transition_command(
+            ctx, command_id, CommandEvent.CANCEL, error=reason, finished_at=time.time()
+        )
+    return len(ids)
+
+
+def submit_prompt(
+    ctx: WriteContext,
+    session_id: str,
+    payload: dict[str, Any],
+    idempotency_key: str | None,
+    mode: QueueMode | None,
+) -> tuple[CommandRecord, bool]:
+    """Queue a prompt under a queue mode (the session's own unless ``mode`` is given); returns
+    the command and whether the running turn must be told to cancel. A retry (a key seen
+    before) returns the first command and cancels nothing, whatever the mode."""
+    effective = mode or QueueMode(queue_mode_of(ctx, session_id))
+    if find_by_key(ctx, session_id, idempotency_key) is not None:
+        retried = enqueue(ctx, session_id, CommandKind.PROMPT, payload, idempotency_key)
+        return retried.command, False
+    if effective is QueueMode.INTERRUPT:
+        cancel(ctx, session_id, include_queued=True)
+    elif effective is QueueMode.STEER:
+        cancel(ctx, session_id)
+    priority = 1 if effective is QueueMode.STEER else 0
+    command = enqueue(
+        ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
+    ).command
+    return command, effective in (QueueMode.STEER, QueueMode.INTERRUPT)

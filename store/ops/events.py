@@ -1,0 +1,116 @@
+"""Event appends and delivery checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from state_machines import (
+    SessionClosed,
+    SessionNotFound,
+    SessionState,
+)
+from state_machines.errors import (
+    CheckpointError,
+)
+from store import hot_sql as hot
+from store.records import (
+    EventRecord,
+    NewEvent,
+)
+from store.writer import WriteContext
+
+
+def insert_events(
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[NewEvent],
+    refuse_closed: bool = False,
+) -> list[EventRecord]:
+    if not new:
+        return []
+    texts = [e.payload_text() for e in new]
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    last, state = row
+    if refuse_closed and state == SessionState.CLOSED.value:
+        raise SessionClosed(session_id)  # the savepoint undoes the seq bump
+    first = last - len(new) + 1
+    now = time.time()
+    appended: list[EventRecord] = []
+    for i, (event, text) in enumerate(zip(new, texts, strict=True)):
+        params = (session_id, first + i, command_id, event.kind, text, now)
+        (event_id,) = raw.execute(hot.INSERT_EVENT, params).fetchone()
+        appended.append(
+            hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
+        )
+    frames = [(e.kind, e.raw, None) for e in appended]
+    ctx.appended.append((session_id, first, command_id, frames, now))
+    return appended
+
+
+def append_events(
+    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    """Append at the next per-session seqs (strictly increasing, no gaps). A closed
+    session's log is final (``SessionClosed``)."""
+    return insert_events(ctx, session_id, command_id, new, refuse_closed=True)
+
+
+def append_frames(
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[tuple[str, str, Any]],
+) -> int:
+    """The recorder's path: ``(kind, JSON text, parsed)`` frames the caller already parsed
+    (the raw tap did; ``parsed`` may be None and is only handed on to the session feeds),
+    appended with one ``executemany`` and no records built. Returns the last seq."""
+    if not new:
+        return 0
+    raw = ctx.raw
+    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    last, state = row
+    if state == SessionState.CLOSED.value:
+        raise SessionClosed(session_id)
+    first = last - len(new) + 1
+    now = time.time()
+    raw.executemany(
+        hot.INSERT_EVENT_NO_RETURN,
+        [
+            (session_id, first + i, command_id, kind, text, now)
+            for i, (kind, text, _) in enumerate(new)
+        ],
+    )
+    ctx.appended.append((session_id, first, command_id, new, now))
+    return int(last)
+
+
+_CHECKPOINT_POSITION = (
+    "SELECT cp.last_event_seq, s.last_event_seq FROM delivery_checkpoints cp "
+    "JOIN bindings b ON b.id = cp.binding_id JOIN sessions s ON s.id = b.session_id "
+    "WHERE cp.binding_id = ?"
+)
+_CHECKPOINT_MOVE = (
+    "UPDATE delivery_checkpoints SET last_event_seq = ?, updated_at = ? WHERE binding_id = ?"
+)
+
+
+def advance_checkpoint(ctx: WriteContext, binding_id: str, seq: int) -> int:
+    """Record that the binding's sink accepted every event up to ``seq``: never backwards,
+    never past the last committed event."""
+    row = ctx.raw.execute(_CHECKPOINT_POSITION, (binding_id,)).fetchone()
+    if row is None:
+        raise CheckpointError(binding_id, -1, seq, -1)
+    current, last = int(row[0]), int(row[1])
+    if seq < current or seq > last:
+        raise CheckpointError(binding_id, current, seq, last)
+    if seq > current:
+        ctx.raw.execute(_CHECKPOINT_MOVE, (seq, time.time(), binding_id))
+    return seq

@@ -1,0 +1,85 @@
+"""Ownership of a session by one live process, fenced by an epoch."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, update
+
+from state_machines import (
+    CommandState,
+    SessionNotFound,
+)
+from state_machines.errors import (
+    OwnedElsewhere,
+    StaleEpoch,
+)
+from store import queries
+from store.ops.recovery import recover_sessions
+from store.ownership import owner_alive
+from store.schema import commands, sessions
+from store.writer import WriteContext
+
+
+def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
+    """Make ``me`` the session's owner; returns the fencing epoch to carry in its writes.
+
+    Taking over from a dead owner raises the epoch, so writes still in flight from the old
+    owner are refused (``StaleEpoch``). A live other owner: ``OwnedElsewhere``."""
+    session = queries.get_session(ctx.conn, session_id)
+    if session.owner == me:
+        return session.epoch
+    if session.owner is not None and owner_alive(session.owner):
+        raise OwnedElsewhere(session_id, session.owner)
+    # Taken over before a sweep recovered it: what the dead owner left mid-turn is
+    # recovered here, in the same transaction, so no turn starts on a session still
+    # marked running (and no command stays running with nobody running it).
+    recover_sessions(ctx, {session_id})
+    epoch = session.epoch + 1
+    ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.epoch == session.epoch)
+        .values(owner=me, epoch=epoch, updated_at=time.time())
+    )
+    return epoch
+
+
+def release(ctx: WriteContext, session_id: str, me: str) -> None:
+    ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.owner == me)
+        .values(owner=None, agent_process=None)  # its owner stopped the agent first
+    )
+
+
+def refund_attempts(
+    ctx: WriteContext, session_id: str, epoch: int, command_ids: Sequence[str]
+) -> None:
+    """An orderly shutdown (Ctrl-C, close) stopped these running commands mid-turn: that is
+    the user's choice, not the command failing, so the attempt is given back. They stay
+    ``running`` for the next open's recovery to requeue (or report) as after a crash; only a
+    crash or a kill counts against ``max_attempts``, so a command that kills its process
+    every time still ends ``failed``."""
+    check_epoch(ctx.conn, session_id, epoch)
+    ctx.conn.execute(
+        update(commands)
+        .where(
+            commands.c.id.in_(list(command_ids)),
+            commands.c.session_id == session_id,
+            commands.c.state == CommandState.RUNNING.value,
+            commands.c.attempts > 0,
+        )
+        .values(attempts=commands.c.attempts - 1)
+    )
+
+
+def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
+    """Refuse a write from an owner that lost the session (run first in its transaction)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    row = raw.execute("SELECT epoch FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    if row[0] != epoch:
+        raise StaleEpoch(session_id, epoch)
