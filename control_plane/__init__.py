@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         IllegalTransition,
         LimitExceeded,
         OwnedElsewhere,
+        QueueMode,
         SessionClosed,
         SessionNotFound,
         SessionState,
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
         StoreOptions,
         Synchronous,
     )
-    from store.records import QueueMode
 
 __all__ = [
     "AgentExited",
@@ -99,7 +99,7 @@ _SOURCES: dict[str, str] = {
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",
     "Outcome": "control_plane.outcome",
-    "QueueMode": "store.records",
+    "QueueMode": "state_machines",
     "Decision": "protocol.permissions",
     "PermissionPolicy": "protocol.permissions",
     **dict.fromkeys(

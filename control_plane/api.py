@@ -27,7 +27,7 @@ from control_plane.outcome import Outcome
 from control_plane.subagent_bridge import SubagentBridge
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
-from state_machines import TURN_STATES, SessionState
+from state_machines import TURN_STATES, QueueMode, SessionState
 from store import (
     AgentSpec,
     BindingRecord,
@@ -35,7 +35,6 @@ from store import (
     CommandKind,
     CommandRecord,
     EventRecord,
-    QueueMode,
     RecoveryReport,
     SessionRecord,
     SinkKind,

@@ -47,8 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from protocol.permissions import Decision
-from state_machines import ControlPlaneError
-from store.records import QueueMode
+from state_machines import ControlPlaneError, QueueMode
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
     from actors.agent_profiles import AgentProfiles

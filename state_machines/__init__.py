@@ -19,6 +19,7 @@ from state_machines.errors import (
     StoreError,
     StoreUnavailable,
 )
+from state_machines.queue_modes import QueueMode
 from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, SessionState
 from state_machines.table import TransitionTable
 
@@ -38,6 +39,7 @@ __all__ = [
     "IllegalTransition",
     "LimitExceeded",
     "OwnedElsewhere",
+    "QueueMode",
     "SessionClosed",
     "SessionEvent",
     "SessionNotFound",

@@ -16,15 +16,6 @@ from typing import Any
 from state_machines import COMMAND_MACHINE, CommandState, SessionState
 
 
-class QueueMode(StrEnum):
-    """What a new prompt does to the session's running turn and queue."""
-
-    FOLLOWUP = "followup"  # each prompt is its own turn, in order (default)
-    COLLECT = "collect"  # prompts queued during a turn merge into one next turn
-    STEER = "steer"  # cancel the running turn; the new prompt runs next
-    INTERRUPT = "interrupt"  # cancel the running turn and everything queued
-
-
 class CommandKind(StrEnum):
     PROMPT = "prompt"
     SET_MODE = "set_mode"

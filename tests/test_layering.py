@@ -57,7 +57,8 @@ def test_the_mcp_server_process_loads_neither_sqlalchemy_nor_the_store() -> None
     """It starts with every agent's session/new: it must stay a small stdlib process."""
     probe = (
         "import sys, control_plane.mcp_server; "
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('sqlalchemy', 'store', 'actors')); "
+        "heavy = ('sqlalchemy', 'store', 'actors'); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy); "
         "print(','.join(bad))"
     )
     done = subprocess.run(

@@ -11,6 +11,7 @@ from state_machines import (
     CommandEvent,
     CommandState,
     IdempotencyConflict,
+    QueueMode,
     SessionEvent,
     SessionNotFound,
     SessionState,
@@ -32,7 +33,6 @@ from store.records import (
     CommandRecord,
     EnqueueResult,
     NewEvent,
-    QueueMode,
 )
 from store.schema import commands
 from store.writer import WriteContext
