@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from protocol.spawn import agent_environment
+from protocol.agent.spawn import agent_environment
 from store import AgentSpec
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from actors.agent_profiles import AgentProfiles
 from actors.client_mcp import ClientMcpServers
-from protocol.client import FsForward, FsLimits
-from protocol.permissions import AskCallback, Decision, PermissionPolicy
-from protocol.prestart import PrestartPool
+from protocol.agent.client import FsForward, FsLimits
+from protocol.agent.permissions import AskCallback, Decision, PermissionPolicy
+from protocol.agent.prestart import PrestartPool
 from store import SubagentLimits
 
 
@@ -71,7 +71,7 @@ class RuntimeSettings:
     # Agents' fs/read_text_file and fs/write_text_file: the most bytes and the longest time.
     fs_limits: FsLimits = field(default_factory=FsLimits)
     log_dir: str = field(default_factory=default_log_dir)
-    # An agent's stderr log is cut to its newest part past this size (protocol/stderr_log.py).
+    # An agent's stderr log is cut to its newest part past this size (protocol/agent/stderr_log.py).
     agent_log_max_bytes: int = 16 * 1024 * 1024
     # Live agent processes in this control plane; beyond it the least recently used idle
     # sessions are passivated early. None: no cap (passivate_after_s alone).

@@ -51,7 +51,7 @@ if _REPO_ROOT not in sys.path:
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 
-from actors.recorder import StoreRecorder  # noqa: E402
+from actors.session.recorder import StoreRecorder  # noqa: E402
 from actors.settings import RuntimeSettings  # noqa: E402
 from bench._common import (  # noqa: E402
     add_turn_arguments,
@@ -63,10 +63,10 @@ from bench._common import (  # noqa: E402
     progress,
     turn_sides,
 )
-from protocol.connection import AgentConnection, AgentLaunch, NullRecorder  # noqa: E402
+from protocol.agent.connection import AgentConnection, AgentLaunch, NullRecorder  # noqa: E402
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
+from protocol.agent.spawn import agent_environment  # noqa: E402
 from protocol.loop import ProtocolLoop  # noqa: E402
-from protocol.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
-from protocol.spawn import agent_environment  # noqa: E402
 from store import AgentSpec, Store, StoreOptions, Synchronous  # noqa: E402
 
 T = TypeVar("T")

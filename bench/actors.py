@@ -73,7 +73,7 @@ from bench._common import (  # noqa: E402
 )
 from bench.store_throughput import run_control_plane  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
-from protocol.permissions import Decision, PermissionPolicy  # noqa: E402
+from protocol.agent.permissions import Decision, PermissionPolicy  # noqa: E402
 from store import (  # noqa: E402
     AgentSpec,
     CommandKind,

@@ -78,7 +78,7 @@ from bench._common import (  # noqa: E402
     spread,
 )
 from control_plane import ControlPlane, SessionState  # noqa: E402
-from protocol.permissions import Decision, PermissionPolicy  # noqa: E402
+from protocol.agent.permissions import Decision, PermissionPolicy  # noqa: E402
 from store import AgentSpec, EventRecord, SubagentLimits  # noqa: E402
 
 DEFAULT_CHILDREN = 50

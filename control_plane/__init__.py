@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from control_plane.api import ControlPlane
     from control_plane.async_api import AsyncControlPlane
     from control_plane.outcome import Outcome
-    from protocol.permissions import Decision, PermissionPolicy
+    from protocol.agent.permissions import Decision, PermissionPolicy
     from state_machines import (
         AgentExited,
         AgentProtocolError,
@@ -100,8 +100,8 @@ _SOURCES: dict[str, str] = {
     "AsyncControlPlane": "control_plane.async_api",
     "Outcome": "control_plane.outcome",
     "QueueMode": "state_machines",
-    "Decision": "protocol.permissions",
-    "PermissionPolicy": "protocol.permissions",
+    "Decision": "protocol.agent.permissions",
+    "PermissionPolicy": "protocol.agent.permissions",
     **dict.fromkeys(
         (
             "AgentExited",

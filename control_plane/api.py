@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from actors.client_mcp import redacted as redacted_mcp_servers
-from actors.delivery import DeliveryService
+from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.export import export_session
 from control_plane.outcome import Outcome
-from control_plane.subagent_bridge import SubagentBridge
+from control_plane.subagents.server import SubagentBridge
 from control_plane.waiting import FINAL, Waiters
 from protocol.loop import ProtocolLoop
 from state_machines import TURN_STATES, QueueMode, SessionState

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from protocol.permissions import Decision
+from protocol.agent.permissions import Decision
 from state_machines import ControlPlaneError, QueueMode
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
@@ -66,7 +66,7 @@ class _Strict(BaseModel):
 class Limits(_Strict):
     max_running_turns: int = Field(16, ge=1, le=4096)
     max_attempts: int = Field(3, ge=1, le=100)
-    # Least time between two writes of one session's agent output (see actors/recorder.py).
+    # Least time between two writes of one session's agent output (see actors/session/recorder.py).
     record_interval_ms: float = Field(4.0, ge=0, le=1000)
     # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
     fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)
@@ -144,8 +144,8 @@ class Config(_Strict):
 
     def runtime_settings(self, **overrides: Any) -> RuntimeSettings:
         from actors.settings import RuntimeSettings
-        from protocol.client import FsLimits
-        from protocol.permissions import PermissionPolicy
+        from protocol.agent.client import FsLimits
+        from protocol.agent.permissions import PermissionPolicy
 
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,

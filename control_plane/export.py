@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from protocol.transcript import TranscriptSession, write_transcript
+from protocol.transcript.mapping import TranscriptSession, write_transcript
 from store import SessionRecord, Store
 
 

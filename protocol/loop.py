@@ -7,7 +7,7 @@ blocks on another thread. In particular a pykka future is never awaited on the l
 ``wait_off_loop(future.get)`` instead, which parks the wait on an executor thread.
 
 Agent subprocesses are spawned from this thread, which lives as long as the process: that is
-what makes their parent-death signal (see ``protocol/spawn.py``) fire only when the whole
+what makes their parent-death signal (see ``protocol/agent/spawn.py``) fire only when the whole
 control plane dies.
 """
 

@@ -10,11 +10,11 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from actors.recorder import StoreRecorder
-from protocol.connection import AgentConnection, AgentLaunch
+from actors.session.recorder import StoreRecorder
+from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.permissions import AskCallback, Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.spawn import agent_environment
 from protocol.loop import ProtocolLoop
-from protocol.permissions import AskCallback, Decision, PermissionBroker, PermissionPolicy
-from protocol.spawn import agent_environment
 from store import AgentSpec, EventRecord, Store
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import Any
 
 from actors.settings import RuntimeSettings
 from control_plane import ControlPlane
-from protocol.permissions import Decision, PermissionPolicy
+from protocol.agent.permissions import Decision, PermissionPolicy
 from store import AgentSpec
 
 FAST = RuntimeSettings(

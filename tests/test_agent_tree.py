@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from control_plane import CommandState
-from protocol.proc_tree import MARKER_ENV
+from protocol.agent.proc_tree import MARKER_ENV
 from store import AgentSpec, Store
 from tests.conftest import live_pids
 from tests.cp_harness import open_cp

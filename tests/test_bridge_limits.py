@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from control_plane import subagent_bridge
-from control_plane.bridge_wire import call_bridge
-from protocol import example_agent_mcp
+from control_plane.subagents import server as subagent_bridge
+from control_plane.subagents.wire import call_bridge
+from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
 from tests.cp_harness import example_agent, open_cp
 

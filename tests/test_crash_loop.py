@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from control_plane import ControlPlane
-from protocol.transcript_reader import validate_v3
+from protocol.transcript.reader import validate_v3
 from tests.conftest import live_pids
 from tests.crash_loop_driver import prompt_text
 

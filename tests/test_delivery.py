@@ -5,8 +5,8 @@ import threading
 import time
 from pathlib import Path
 
-from actors.delivery import DeliveryService
-from actors.sinks import JsonlFileSink
+from actors.delivery.service import DeliveryService
+from actors.delivery.sinks import JsonlFileSink
 from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store
 from tests.conftest import AGENT
 

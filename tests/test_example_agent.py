@@ -23,7 +23,7 @@ from acp.schema import (
     WriteTextFileResponse,
 )
 
-from protocol.example_agent_state import StateFile
+from protocol.example_agent.state import StateFile
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.timeout(30)

@@ -1,4 +1,4 @@
-"""The example agent's session journal (``protocol.example_agent_state``) on real files."""
+"""The example agent's session journal (``protocol.example_agent.state``) on real files."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from protocol.example_agent_state import STATE_VERSION, SessionRecord, StateFile, Turn
+from protocol.example_agent.state import STATE_VERSION, SessionRecord, StateFile, Turn
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLY = "x" * 1500  # a 100-chunk reply of 15 characters per chunk
@@ -243,7 +243,7 @@ def test_a_replaced_or_truncated_file_gets_the_full_history_again(tmp_path: Path
 CHILD = """
 import os, signal, sys
 from pathlib import Path
-from protocol.example_agent_state import SessionRecord, StateFile, Turn
+from protocol.example_agent.state import SessionRecord, StateFile, Turn
 
 path, sid, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 state = StateFile(path)

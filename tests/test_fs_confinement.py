@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from acp import RequestError
 
-from protocol.fs import Confinement
+from protocol.agent.fs import Confinement
 from tests.agent_harness import AgentHarness
 
 

@@ -56,7 +56,7 @@ def test_the_rule_sees_a_wrong_edge(tmp_path: Path) -> None:
 def test_the_mcp_server_process_loads_neither_sqlalchemy_nor_the_store() -> None:
     """It starts with every agent's session/new: it must stay a small stdlib process."""
     probe = (
-        "import sys, control_plane.mcp_server; "
+        "import sys, control_plane.subagents.mcp_server; "
         "heavy = ('sqlalchemy', 'store', 'actors'); "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in heavy); "
         "print(','.join(bad))"

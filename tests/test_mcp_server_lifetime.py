@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.bridge_wire import SECRET_ENV
+from control_plane.subagents.wire import SECRET_ENV
 
 
 @pytest.mark.timeout(60)
@@ -22,7 +22,15 @@ def test_the_mcp_server_exits_when_its_bridge_closes(tmp_path: Path) -> None:
     listener.bind(path)
     listener.listen(1)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "control_plane.mcp_server", "--socket", path, "--session", "s"],
+        [
+            sys.executable,
+            "-m",
+            "control_plane.subagents.mcp_server",
+            "--socket",
+            path,
+            "--session",
+            "s",
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         env={**os.environ, SECRET_ENV: "x"},
@@ -45,7 +53,7 @@ def test_the_mcp_server_refuses_to_start_without_a_bridge(tmp_path: Path) -> Non
         [
             sys.executable,
             "-m",
-            "control_plane.mcp_server",
+            "control_plane.subagents.mcp_server",
             "--socket",
             str(tmp_path / "none.sock"),
             "--session",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.bridge_wire import call_bridge
+from control_plane.subagents.wire import call_bridge
 from state_machines import SessionState
 from tests.cp_harness import example_agent, open_cp
 

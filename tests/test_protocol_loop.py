@@ -11,8 +11,8 @@ from pathlib import Path
 import pykka
 import pytest
 
+from protocol.agent.spawn import agent_environment
 from protocol.loop import ProtocolLoop, wait_off_loop
-from protocol.spawn import agent_environment
 from tests.conftest import pid_alive
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from acp.schema import PermissionOption, ToolCallUpdate
 
-from protocol.client import ControlPlaneClient
-from protocol.connection import AgentConnection
-from protocol.permissions import Decision, PermissionPolicy
+from protocol.agent.client import ControlPlaneClient
+from protocol.agent.connection import AgentConnection
+from protocol.agent.permissions import Decision, PermissionPolicy
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 from tests.agent_harness import AgentHarness
 
@@ -228,7 +228,7 @@ def test_agent_exiting_during_initialize_is_agent_start_failed(harness: AgentHar
 
 
 def test_missing_agent_program_is_agent_start_failed(harness: AgentHarness) -> None:
-    from protocol.connection import AgentLaunch
+    from protocol.agent.connection import AgentLaunch
 
     conn = harness.connect()
     conn.launch = AgentLaunch(

@@ -15,7 +15,7 @@ from control_plane import (
     SessionNotFound,
     SessionState,
 )
-from protocol.transcript_reader import validate_v3
+from protocol.transcript.reader import validate_v3
 from store import NewEvent
 
 PINNED_ALL = [

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from protocol.connection import AgentConnection, AgentLaunch
-from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
 
 
 class ListRecorder:

@@ -1,4 +1,4 @@
-"""The process-tree reaper (protocol/reaper.py) with real processes and real signals.
+"""The process-tree reaper (protocol/agent/reaper.py) with real processes and real signals.
 
 The tree (tests/tree_agent.py): the agent, a child, a middle child with a grandchild in a new
 session, and a double-forked daemon; each writes its pid to a pid file and, after a delay,
@@ -17,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from protocol.proc_tree import MARKER_ENV, agent_pgid_of, kill_leftover_tree, process_start_time
-from protocol.reaper import reaper_argv
+from protocol.agent.proc_tree import (
+    MARKER_ENV,
+    agent_pgid_of,
+    kill_leftover_tree,
+    process_start_time,
+)
+from protocol.agent.reaper import reaper_argv
 from tests.conftest import ROOT, pid_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -90,7 +95,7 @@ def launch(tree: Tree, mode: str, **kwargs: object) -> subprocess.Popen[bytes]:
 INTERMEDIATE = """
 import os, subprocess, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from protocol.reaper import reaper_argv
+from protocol.agent.reaper import reaper_argv
 thread_stays = sys.argv[2] == "stays"
 def run():
     argv = reaper_argv(tuple(sys.argv[3:]), parent_pid=os.getpid())
@@ -313,7 +318,8 @@ def test_the_reaper_process_imports_almost_nothing() -> None:
     modules = set(done.stdout.split())
     assert {m for m in modules if m.startswith("protocol")} == {
         "protocol",
-        "protocol.proc_tree",
-        "protocol.reaper",
+        "protocol.agent",
+        "protocol.agent.proc_tree",
+        "protocol.agent.reaper",
     }
     assert not modules & {"typing", "enum", "signal", "subprocess", "re", "asyncio", "site"}

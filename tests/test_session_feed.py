@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors.recorder import StoreRecorder
+from actors.session.recorder import StoreRecorder
 from state_machines import CommandState, IllegalTransition
 from store import NewEvent, SessionCommit, Store, WriteContext, ops
 from tests.conftest import AGENT

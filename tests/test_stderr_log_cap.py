@@ -1,4 +1,4 @@
-"""The cap on an agent's stderr log (protocol/stderr_log.py): past ``max_bytes`` the newest
+"""The cap on an agent's stderr log (protocol/agent/stderr_log.py): past ``max_bytes`` the newest
 half goes to ``<log>.1`` and the live file is truncated in place under the writing agent."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from protocol import stderr_log
-from protocol.connection import AgentConnection, AgentLaunch
-from protocol.permissions import Decision, PermissionBroker, PermissionPolicy
-from protocol.prestart import prestart
-from protocol.spawn import agent_environment
-from protocol.stderr_log import cut, rotated_path, tail_lines
+from protocol.agent import stderr_log
+from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.prestart import prestart
+from protocol.agent.spawn import agent_environment
+from protocol.agent.stderr_log import cut, rotated_path, tail_lines
 from store import AgentSpec
 from tests.agent_harness import AgentHarness
 from tests.cp_harness import open_cp

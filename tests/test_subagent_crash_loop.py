@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from control_plane import ControlPlane
-from protocol.transcript_reader import validate_v3
+from protocol.transcript.reader import validate_v3
 
 PARENTS, CHILDREN, KILLS = 2, 4, 8
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from acp import RequestError
 
-from protocol.fs import Confinement
-from protocol.terminals import TerminalManager
+from protocol.agent.fs import Confinement
+from protocol.agent.terminals import TerminalManager
 
 
 def _manager(tmp_path: Path, enabled: bool) -> TerminalManager:

@@ -1,4 +1,4 @@
-"""Behaviour of the event -> JSONL transcript v3 mapping (protocol/transcript.py).
+"""Behaviour of the event -> JSONL transcript v3 mapping (protocol/transcript/mapping.py).
 
 Golden files under tests/golden/transcript/ pin whole exports byte for byte; the unit tests
 below pin one rule each. To refresh goldens after an intended change run with
@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.transcript import (
+from protocol.transcript.mapping import (
     EventLike,
     TranscriptSession,
     entry_id,
     transcript_entries,
     write_transcript,
 )
-from protocol.transcript_reader import dump_lines, read_transcript, validate_v3
+from protocol.transcript.reader import dump_lines, read_transcript, validate_v3
 
 GOLDEN_DIR = Path(__file__).parent / "golden" / "transcript"
 UPDATE_ENV = "TRANSCRIPT_GOLDEN_UPDATE"

@@ -1,4 +1,4 @@
-"""Behaviour of the transcript reader/validator (protocol/transcript_reader.py)."""
+"""Behaviour of the transcript reader/validator (protocol/transcript/reader.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from protocol.transcript_reader import (
+from protocol.transcript.reader import (
     Transcript,
     TranscriptFormatError,
     dump_transcript,

@@ -1,5 +1,5 @@
 """A child session's finished runs announced to its parent, exactly once (the transaction
-of ``actors/delivery/AnnounceSink``; see ``actors/announce.py`` for when it runs).
+of ``actors/delivery/AnnounceSink``; see ``actors/delivery/announce.py`` for when it runs).
 
 For every finished prompt of the child not announced yet: an ``announce`` event in the
 parent's log and, by default, a follow-up prompt for the parent whose idempotency key is

@@ -1,0 +1,582 @@
+"""``SessionActor``: one pykka ThreadingActor per live session.
+
+It takes the session's commands from the store one at a time, drives the agent through the
+protocol loop, and records every transition through the store's guarded, epoch-fenced writes.
+
+Threads: every handler here runs on the actor's own thread. A turn is started on the protocol
+loop and the handler returns at once; the loop reports the end of the turn as a ``TurnDone``
+message. So the mailbox stays free during a turn, and ``CancelTurn`` or ``CloseSession``
+overtake a running prompt. Short agent calls (start, set mode) block the actor thread on the
+loop with a timeout; nothing here blocks the loop.
+
+Exceptions: ``on_receive`` catches what a message raises, records it, and keeps serving
+(pykka would otherwise stop the actor for good). ``StaleEpoch`` means another process took the
+session over: the actor kills its agent and stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pykka
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_when_event_set,
+    wait_exponential,
+)
+
+from actors.live_agents import LiveAgents
+from actors.session.launch import launch_for
+from actors.session.leftovers import kill_leftovers
+from actors.session.messages import (
+    AgentGone,
+    CancelTurn,
+    CloseSession,
+    SlotGranted,
+    Tick,
+    TurnDone,
+    Wake,
+)
+from actors.session.recorder import StoreRecorder
+from actors.settings import RuntimeSettings
+from actors.slots import TurnSlots
+from protocol.agent.connection import AgentConnection, TurnResult
+from protocol.agent.permissions import PermissionBroker
+from protocol.loop import ProtocolLoop
+from state_machines import (
+    AgentProtocolError,
+    AgentStartFailed,
+    CommandState,
+    ControlPlaneError,
+    SessionState,
+    StaleEpoch,
+    StoreError,
+    StoreUnavailable,
+)
+from state_machines.errors import OwnedElsewhere
+from store import CommandKind, CommandRecord, Store, WriteContext, ops, queries
+from store.ops import turns
+from store.ownership import this_owner
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# The parts of a session/new, load or resume answer that describe what the agent offers.
+SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
+
+
+@dataclass(frozen=True)
+class ActorDeps:
+    store: Store
+    loop: ProtocolLoop
+    slots: TurnSlots
+    settings: RuntimeSettings
+    on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
+    starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
+    notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
+    # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Where the actor posts when it went idle, for the cap on live agents.
+    live_agents: LiveAgents = field(default_factory=lambda: LiveAgents(None))
+
+
+class SessionActor(pykka.ThreadingActor):
+    def __init__(self, session_id: str, deps: ActorDeps) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.deps = deps
+        self.store = deps.store
+        self.epoch = -1
+        self.conn: AgentConnection | None = None
+        self.recorder = StoreRecorder(
+            deps.store, session_id, min_interval_s=deps.settings.record_interval_s
+        )
+        self.turn: tuple[str, ...] | None = None  # command ids of the running turn
+        self.last_active = time.monotonic()
+        self.closing = False
+        self.turn_timeout: float | None = deps.settings.turn_timeout_s
+        # The live agent was restored with its conversation (resumed or loaded): a prompt a
+        # crash interrupted is in it already and must not be sent again.
+        self.context_kept = False
+
+    # -- lifecycle (actor thread) --------------------------------------------------------
+
+    def on_start(self) -> None:
+        try:
+            self.epoch = self.store.write(
+                lambda ctx: ops.acquire(ctx, self.session_id, this_owner())
+            )
+        except (OwnedElsewhere, ControlPlaneError) as exc:
+            log.info("session %s not activated: %s", self.session_id, exc)
+            self.stop()
+            return
+        self.recorder.epoch = self.epoch
+        # What never changes after the spawn (parent, queue mode, metadata), read once.
+        self.facts = self.store.get_session(self.session_id)
+
+    def on_stop(self) -> None:
+        self._stop_agent(kill=False)
+        self.deps.slots.release(self.session_id)
+        if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
+            turn, epoch = self.turn, self.epoch
+            try:  # Ctrl-C mid-turn: an interruption, not a failed attempt
+                self.store.write(lambda ctx: ops.refund_attempts(ctx, self.session_id, epoch, turn))
+            except ControlPlaneError as exc:
+                log.warning(
+                    "session %s: giving back the interrupted attempt failed: %s",
+                    self.session_id,
+                    exc,
+                )
+        if self.epoch >= 0:
+            try:
+                self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner()))
+            except StoreError as exc:  # recovery releases it: its owner (this process) ends
+                log.warning("releasing session %s failed: %s", self.session_id, exc)
+            except ControlPlaneError:
+                log.exception("releasing session %s failed", self.session_id)
+        self.deps.live_agents.gone(self.session_id)
+        self.deps.on_stopped(self.session_id)
+
+    def on_failure(self, *_: Any) -> None:
+        self.on_stop()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            return self._receive(message)
+        finally:
+            self._post_activity()
+
+    def _post_activity(self) -> None:
+        if self.turn is None:
+            self.deps.live_agents.idle(self.session_id, self.last_active)
+        else:
+            self.deps.live_agents.busy(self.session_id)
+
+    def _receive(self, message: Any) -> Any:
+        try:
+            return self._dispatch(message)
+        except StaleEpoch:
+            log.warning("session %s was taken over by another process; stopping", self.session_id)
+            self._stop_agent(kill=True)
+            self.epoch = -1
+            self.stop()
+        except Exception:
+            if isinstance(message, CloseSession):
+                raise  # asked, not told: pykka hands it to the caller, the actor lives on
+            log.exception("session %s: handling %r failed", self.session_id, message)
+        return None
+
+    def _dispatch(self, message: Any) -> Any:
+        if self.epoch < 0:
+            return None  # not the owner (another live process is): stopping, touch nothing
+        if isinstance(message, Tick):
+            # A tick is not activity: it must not delay passivation.
+            self._tick(message.now, message.over_cap)
+            return None
+        self.last_active = time.monotonic()
+        if isinstance(message, Wake | SlotGranted):
+            self._work()
+        elif isinstance(message, TurnDone):
+            self._turn_done(message)
+        elif isinstance(message, CancelTurn):
+            self._cancel_turn()
+        elif isinstance(message, CloseSession):
+            return self._close(message.reason)
+        elif isinstance(message, AgentGone):
+            self._agent_gone(message.exit_code)
+        return None
+
+    # -- work ----------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        if self.turn is not None or self.closing or self.deps.stopping.is_set():
+            return  # a shutting-down process claims nothing: the work stays queued
+        state, pending = self.store.session_work(self.session_id)
+        if state is SessionState.CLOSED:
+            self.stop()
+            return
+        needs_start = state is SessionState.CREATING
+        if not pending and not needs_start:
+            self.deps.slots.release(self.session_id)
+            return
+        if not self.deps.slots.try_take(self.session_id):
+            return  # queued for a slot: SlotGranted arrives when admitted
+        parent_id = self.facts.parent_id
+        if parent_id is not None and pending and self._children_cap_full():
+            self.deps.slots.release(self.session_id)  # woken when a sibling's turn ends
+            return
+        if not self._ensure_agent():
+            if not self.deps.stopping.is_set():
+                self._continue()
+            return
+        if not pending or self.deps.stopping.is_set():
+            self.deps.slots.release(self.session_id)
+            return
+        collect = self.facts.queue_mode == "collect"
+        cap = self.deps.settings.max_running_children if parent_id else None
+        claimed = self._write(
+            lambda ctx: turns.begin_next(
+                ctx, self.session_id, self.epoch, collect, cap, self.context_kept
+            )
+        )
+        if not claimed:
+            self.deps.slots.release(self.session_id)
+            if self.facts.metadata.get("mode") == "run" and self._run_is_over():
+                self._close("the run ended interrupted")  # its prompt was not sent again
+            return
+        if claimed[0].kind is CommandKind.PROMPT:
+            self._start_turn(claimed)
+        else:
+            self._run_control(claimed[0])
+            self._continue()
+
+    def _continue(self) -> None:
+        """Give the slot back and queue for another: FIFO fairness between sessions."""
+        self.deps.slots.release(self.session_id)
+        self.actor_ref.tell(Wake())
+
+    def _ensure_agent(self) -> bool:
+        if self.conn is not None and self.conn.alive:
+            return True
+        self._stop_agent(kill=True)
+        session = self.store.get_session(self.session_id)
+        leftovers = kill_leftovers(self.session_id, session.agent_process)
+        settings = self.deps.settings
+        launch = launch_for(session, settings)
+        prestarted = None
+        if settings.prestarted is not None:
+            prestarted = settings.prestarted.take(launch.command, launch.cwd, launch.env)
+        conn = AgentConnection(
+            launch,
+            self.recorder,
+            PermissionBroker(settings.permission_policy, settings.ask),
+            on_exit=self._on_agent_exit,
+            fs_forward=settings.fs_forward,
+            prestarted=prestarted,
+        )
+        loop = self.deps.loop
+        mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)
+        mcp_servers += settings.client_mcp.for_launch(
+            session.id, session.metadata.get("mcpServers", [])
+        )
+        try:
+            with self.deps.starts:  # the start timeout counts from here, not from the queue
+                init = loop.call(conn.start(), settings.agent_start_timeout_s)
+                if session.acp_session_id:
+                    opened = loop.call(
+                        conn.restore_session(session.acp_session_id, mcp_servers),
+                        settings.agent_start_timeout_s,
+                    )
+                else:
+                    opened = loop.call(
+                        conn.new_session(mcp_servers), settings.agent_start_timeout_s
+                    )
+        except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
+            self._discard(conn)
+            if self.deps.stopping.is_set():
+                # Cut short by the shutdown, not the agent's fault: not counted against the
+                # command; the next run starts the agent again.
+                log.info("session %s: agent start ended by shutdown: %s", self.session_id, exc)
+                return False
+            error = str(exc) or type(exc).__name__
+            agent_error = getattr(exc, "agent_error", None)
+            self._write(
+                lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error, agent_error)
+            )
+            return False
+        self.conn = conn
+        self.context_kept = opened.how in ("resumed", "loaded")
+        info = init.agent_info
+        details = {
+            "pid": conn.pid,
+            "acpSessionId": opened.acp_session_id,
+            "agentInfo": None
+            if info is None
+            else info.model_dump(by_alias=True, exclude_none=True),
+        }
+        if leftovers:
+            details["leftoversKilled"] = leftovers
+        # What the agent offers this session (modes, models, config options), for clients
+        # such as serve's session/new and session/load.
+        setup = {k: v for k, v in opened.response.items() if k in SESSION_SETUP_KEYS}
+        if setup:
+            details["sessionSetup"] = setup
+        tree = conn.process_tree
+        capabilities = (session.agent.command, init.model_dump(by_alias=True, exclude_none=True))
+        self._write(
+            lambda ctx: turns.agent_started(
+                ctx,
+                self.session_id,
+                self.epoch,
+                opened.acp_session_id,
+                opened.how,
+                details,
+                tree,
+                capabilities,
+            )
+        )
+        return True
+
+    def _on_agent_exit(self, exit_code: int | None) -> None:
+        # Runs on the protocol loop: only a message.
+        if self.actor_ref.is_alive():
+            self.actor_ref.tell(AgentGone(exit_code))
+
+    def _start_turn(self, claimed: list[CommandRecord]) -> None:
+        assert self.conn is not None
+        ids = tuple(c.id for c in claimed)
+        self.turn = ids
+        self.recorder.take_text()  # a failed turn's leftovers are not the next one's
+        self.recorder.command_id = ids[0]
+        blocks = [block for c in claimed for block in c.payload.get("content", [])]
+        settings = self.deps.settings
+        ref = self.actor_ref
+
+        def done(future: Future[TurnResult]) -> None:
+            # On the protocol loop. A cancelled future (the loop is stopping) or a dead
+            # actor (closed meanwhile) leaves nothing to report to.
+            if future.cancelled():
+                return
+            exc = future.exception()
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(TurnDone(ids, None if exc else future.result(), exc))
+
+        self.turn_timeout = self._turn_timeout()
+        # Not durable on return: the outcome is written behind the turn's last updates
+        # (StoreRecorder.write_after), one commit for both.
+        turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
+        self.deps.loop.when_done(turn, done)
+
+    def _turn_timeout(self) -> float | None:
+        """A session's own ``turnTimeoutS`` (metadata, e.g. a batch task's timeout) wins."""
+        own = self.facts.metadata.get("turnTimeoutS")
+        return float(own) if own is not None else self.deps.settings.turn_timeout_s
+
+    def _turn_done(self, message: TurnDone) -> None:
+        if self.turn != message.command_ids:
+            return
+        self.turn = None
+        self.recorder.command_id = None
+        if self.closing:
+            return
+        if message.error is not None or message.result is None:
+            error = str(message.error) or type(message.error).__name__
+            agent_error = getattr(message.error, "agent_error", None)
+            if agent_error is not None:
+                # The agent answered the prompt with an error: it is alive and well, the turn
+                # failed; the session stays usable and the client gets the agent's error.
+                outcome = {"agentError": agent_error, "text": self.recorder.take_text()}
+                self._after_frames(
+                    lambda ctx: turns.finish_turn(
+                        ctx,
+                        self.session_id,
+                        self.epoch,
+                        message.command_ids,
+                        outcome,
+                        CommandState.FAILED,
+                        error,
+                    )
+                )
+            else:
+                self._after_frames(
+                    lambda ctx: turns.fail_turn(
+                        ctx, self.session_id, self.epoch, message.command_ids, error
+                    )
+                )
+                self._stop_agent(kill=True)
+        else:
+            self._record_outcome(message.command_ids, message.result)
+        if self.facts.parent_id is not None:
+            # After the outcome committed: a sibling held back by max_running_children
+            # must see this session no longer running when it checks.
+            self._wake_siblings(self.facts.parent_id)
+        if message.error is None and self.facts.metadata.get("mode") == "run":
+            self.deps.slots.release(self.session_id)
+            self._close("the run finished")  # mode=run: one turn, then closed
+            return
+        self._continue()
+
+    def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
+        outcome: dict[str, Any] = {
+            "stopReason": result.stop_reason,
+            "usage": result.usage,
+            "text": self.recorder.take_text(),
+        }
+        final, error = CommandState.COMPLETED, None
+        if result.timed_out:
+            outcome["timedOut"] = True
+            final = CommandState.FAILED
+            error = f"timeout: the turn ran longer than {self.turn_timeout}s"
+        elif result.stop_reason == "cancelled":
+            final, error = CommandState.CANCELLED, "cancelled"
+        self._after_frames(
+            lambda ctx: turns.finish_turn(
+                ctx, self.session_id, self.epoch, ids, outcome, final, error
+            )
+        )
+
+    def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
+        """Commit a turn's end behind (and with) the turn's last recorded updates; raise
+        what the write raised, as ``store.write`` would."""
+        if self.recorder.failed:
+            self._write(fn)  # the frames are lost already; the outcome must not be
+            return
+        future = self.recorder.write_after(fn)
+        while True:  # the recorder retries while the store refuses writes; a shutdown ends it
+            try:
+                future.result(timeout=1.0)
+                return
+            except TimeoutError:
+                if self.deps.stopping.is_set():
+                    raise StoreUnavailable(
+                        f"session {self.session_id}: shutting down before the store took "
+                        "the turn's end; recovery finishes it at the next open"
+                    ) from None
+
+    def _run_control(self, command: CommandRecord) -> None:
+        """set_mode / set_config_option: short agent calls, outcome recorded at once."""
+        assert self.conn is not None
+        payload, loop = command.payload, self.deps.loop
+        try:
+            if command.kind is CommandKind.SET_MODE:
+                result = loop.call(self.conn.set_mode(str(payload["modeId"])), 30)
+            else:
+                result = loop.call(
+                    self.conn.set_config_option(str(payload["configId"]), payload["value"]), 30
+                )
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            self._write(
+                lambda ctx: turns.fail_simple(ctx, self.session_id, self.epoch, command.id, error)
+            )
+            return
+        self._write(
+            lambda ctx: turns.complete_simple(ctx, self.session_id, self.epoch, command.id, result)
+        )
+
+    # -- control -------------------------------------------------------------------------
+
+    def _cancel_turn(self) -> None:
+        if self.turn is not None and self.conn is not None:
+            self.deps.loop.submit(self.conn.cancel())
+
+    def _close(self, reason: str) -> None:
+        self.closing = True
+        if self.conn is not None:
+            conn = self.conn
+            if self.turn is not None:
+                self._call_quietly(conn.cancel())
+            self._call_quietly(conn.close_session())
+        self._stop_agent(kill=False)
+        self.store.close_session(self.session_id, reason)
+        self.stop()
+
+    def _agent_gone(self, exit_code: int | None) -> None:
+        if self.turn is not None:
+            return  # the turn's own error reports it
+        self.conn = None
+        self._write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
+
+    def _tick(self, now: float, over_cap: bool) -> None:
+        self._notice_other_processes()
+        idle_for = now - self.last_active
+        if self.turn is None and (over_cap or idle_for >= self.deps.settings.passivate_after_s):
+            pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
+            if pending is None:
+                if over_cap:
+                    log.info("passivating idle session %s: over max_live_agents", self.session_id)
+                self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _run_is_over(self) -> bool:
+        """A ``mode=run`` child whose one prompt has ended (interrupted, not sent again)."""
+        commands = self.store.commands_of(self.session_id)
+        return bool(commands) and all(c.is_final for c in commands)
+
+    def _children_cap_full(self) -> bool:
+        """Checked before starting an agent, so a child held back by max_running_children
+        holds no agent process either (the claim re-checks it inside its transaction)."""
+        cap = self.deps.settings.max_running_children
+        return (
+            self.store.read_raw(lambda raw: queries.siblings_running(raw, self.session_id)) >= cap
+        )
+
+    def _wake_siblings(self, parent_id: str) -> None:
+        """A child finished a turn: a sibling held back by max_running_children may go."""
+        siblings = self.store.list_sessions(parent_id=parent_id, limit=10_000)
+        for sibling in siblings:
+            if sibling.id != self.session_id and sibling.state is not SessionState.CLOSED:
+                self.deps.notify(sibling.id)
+
+    def _notice_other_processes(self) -> None:
+        """Another process (``acpctl sessions cancel|close``) can only change the store; the
+        owner sees it here, once a sweep interval, and acts on the agent."""
+        if self.closing:
+            return
+        state = self.store.get_session(self.session_id).state
+        if state is SessionState.CLOSED:
+            self.closing = True
+            if self.turn is not None and self.conn is not None:
+                self._call_quietly(self.conn.cancel())
+            self.stop()
+        elif state is SessionState.CANCELLING and self.turn is not None and self.conn is not None:
+            self.deps.loop.submit(self.conn.cancel())
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _write(self, fn: Callable[[WriteContext], T]) -> T:
+        """A lifecycle write that must land (a turn's claim or end, an agent start or exit):
+        retried while the store refuses writes for now (its lock held elsewhere, the disk
+        full), so no session is left ``running`` with no turn or a command claimed by
+        nobody; the process shutting down ends the retries (recovery then finishes the
+        work at the next open). Other errors are raised at once."""
+        try:
+            return self.store.write(fn)  # the common case pays nothing for the retrying
+        except StoreUnavailable as exc:
+            self._log_refused(exc)
+        retrying = Retrying(
+            retry=retry_if_exception_type(StoreUnavailable),
+            wait=wait_exponential(multiplier=0.05, max=2.0),
+            stop=stop_when_event_set(self.deps.stopping),
+            sleep=self._pause,
+            reraise=True,
+        )
+        result: T = retrying(self.store.write, fn)
+        return result
+
+    def _pause(self, seconds: float) -> None:
+        self.deps.stopping.wait(seconds)  # a shutdown ends the pause (and the retries)
+
+    def _log_refused(self, exc: StoreUnavailable) -> None:
+        log.warning(
+            "session %s: the store refused a write (%s); retrying until it takes it",
+            self.session_id,
+            exc,
+        )
+
+    def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
+        try:
+            self.deps.loop.call(coro, timeout)
+        except Exception as exc:
+            log.info("session %s: %s", self.session_id, exc)
+
+    def _stop_agent(self, kill: bool) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self._call_quietly(conn.kill() if kill else conn.stop(), 30)
+        # What the agent wrote is durable before it is forgotten: the recorder may be holding
+        # its last updates for the write interval, on a loop that may stop next.
+        try:
+            self.recorder.flush_future().result(30)
+        except Exception as exc:  # a failed write was logged by the recorder already
+            log.info("session %s: flushing agent output: %s", self.session_id, exc)
+
+    def _discard(self, conn: AgentConnection) -> None:
+        self._call_quietly(conn.kill(), 30)

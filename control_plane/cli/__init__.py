@@ -1,0 +1,162 @@
+"""``acpctl``: the command line of the control plane (typer + rich).
+
+Conventions: ``--help`` with examples everywhere, ``--json`` on read commands, colour and
+progress only on a TTY (``NO_COLOR`` honoured), exit 0 success / 1 work failed / 2 usage or
+input error, ``--db`` / ``ACPCTL_DB`` pick the store.
+
+Start-up: importing this module must stay cheap (``--help`` and usage errors run nothing
+else), so the SDK, the store and the runtime are imported inside the commands that use them
+and option types stay light; ``tests/test_cli.py`` pins which modules must not load.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from control_plane.cli import batch as cli_batch
+from control_plane.cli import sessions as cli_sessions
+from control_plane.cli.common import Context, errors_as_exit, out, print_json
+
+GLOBAL_OPTIONS = ("--db", "--config")
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """``--db X`` and ``--config X`` are the top-level command's options; people also type
+    them after the subcommand (``acpctl serve --db X``). Moved to the front, they mean the
+    same in either place. Nothing after a ``--`` is touched."""
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        name = arg.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS and "=" in arg:
+            hoisted.append(arg)
+        elif arg in GLOBAL_OPTIONS and i + 1 < len(args):
+            hoisted.extend(args[i : i + 2])
+            i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return hoisted + rest
+
+
+class _Group(TyperGroup):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, hoist_global_options(args))
+
+
+app = typer.Typer(
+    name="acpctl",
+    cls=_Group,
+    help="Durable sessions for coding agents over the Agent Client Protocol.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+config_app = typer.Typer(help="Show the effective configuration.", no_args_is_help=True)
+app.add_typer(cli_sessions.app, name="sessions")
+app.add_typer(config_app, name="config")
+
+
+@app.callback()
+def _global(
+    typer_ctx: typer.Context,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Store file (default: ACPCTL_DB or the user data dir)."),
+    ] = None,
+    config: Annotated[
+        str | None, typer.Option("--config", help="TOML config file (default: ACPCTL_CONFIG).")
+    ] = None,
+) -> None:
+    typer_ctx.obj = Context(config_path=config, db=db)
+
+
+app.command("batch")(cli_batch.batch_command)
+app.command("demo")(cli_batch.demo_command)
+app.command("events")(cli_sessions.events_command)
+app.command("status")(cli_sessions.status_command)
+
+
+@config_app.command("show")
+def config_show(
+    typer_ctx: typer.Context,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Print the effective configuration (file + environment + flags); secrets hidden."""
+    from control_plane.config import redacted
+
+    ctx: Context = typer_ctx.obj
+    with errors_as_exit():
+        effective = redacted(ctx.config())
+    if json_out:
+        print_json(effective)
+    else:
+        for key, value in effective.items():
+            out.print(f"{key} = {value!r}", highlight=False)
+
+
+@app.command("serve")
+def serve_command(
+    typer_ctx: typer.Context,
+    agent: Annotated[
+        str | None,
+        typer.Option("--agent", help="Backend agent: command, configured name, or 'example'."),
+    ] = None,
+    max_frame_bytes: Annotated[int, typer.Option(help="Largest accepted client frame.")] = 8
+    * 1024
+    * 1024,
+) -> None:
+    """Be an ACP agent on stdio in front of any ACP agent: durable, resumable sessions for
+    any ACP client (editors, headless clients). Logs go to stderr.
+
+    Example (Zed settings.json, "agent_servers"):
+      {"Durable Claude": {"command": "acpctl",
+        "args": ["serve", "--agent", "npx @zed-industries/claude-code-acp"]}}
+    """
+    import asyncio
+    import logging
+
+    from control_plane.serve.prestart_backend import prestart_backend
+
+    ctx: Context = typer_ctx.obj
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    with errors_as_exit():
+        config = ctx.config()
+        spec, _ = config.agent(agent)
+        # The backend agent starts now, while serve imports the SDK and opens the store:
+        # the editor's first session/new then finds it ready (protocol/agent/prestart.py).
+        backend = prestart_backend(config, spec)
+        from control_plane.serve.agent import serve
+
+        code = asyncio.run(serve(config, spec, max_frame_bytes, backend))
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command("example-agent")
+def example_agent(
+    args: Annotated[
+        list[str] | None, typer.Argument(help="Flags for the agent (see --help of it).")
+    ] = None,
+) -> None:
+    """Run the bundled example agent on stdio (an ACP agent; no network, deterministic)."""
+    from protocol.example_agent import agent
+
+    agent.main(args or [])
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""``acpctl batch`` and ``acpctl demo`` (the main job)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from control_plane.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Context,
+    err,
+    errors_as_exit,
+    existing_file,
+    opened,
+    out,
+    print_json,
+)
+
+if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
+    from control_plane.batch.run import Counts
+    from control_plane.batch.tasks import Task
+    from control_plane.config import Config
+
+
+def _progress_line(counts: Counts, total: int) -> str:
+    return (
+        f"done {counts.done}  running {counts.running}  failed {counts.failed}  "
+        f"queued {counts.queued}  of {total}"
+    )
+
+
+def run_batch(
+    ctx: Context,
+    tasks_file: Path,
+    agent: str | None,
+    jobs: int,
+    out_path: Path | None,
+    transcripts: Path | None,
+    retry_failed: bool,
+    batch_id: str | None,
+    json_out: bool,
+) -> int:
+    from control_plane.batch.tasks import read_tasks
+
+    tasks_file = existing_file(tasks_file)
+    tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
+    config = ctx.config()
+    # The runner (the SDK, the store, the actors) only once the input is known to be good.
+    from control_plane.batch.run import BatchOptions, BatchRun, default_batch_id
+
+    spec, agent_cwd = config.agent(agent)
+    _check_task_agents(tasks_file, tasks, config)
+    results = out_path or tasks_file.with_name(f"{tasks_file.stem}.results.jsonl")
+    options = BatchOptions(
+        batch_id=batch_id or default_batch_id(tasks_file),
+        agent=spec,
+        default_cwd=agent_cwd or os.getcwd(),
+        results_path=results.resolve(),
+        transcripts_dir=None if transcripts is None else transcripts.resolve(),
+        retry_failed=retry_failed,
+        agents=config.agent,
+        queue_mode=config.queue_mode.value,
+        store_fault_s=config.timeouts.store_fault_s,
+    )
+    with opened(ctx, run_sessions=True, max_running_turns=jobs) as cp:
+        batch = BatchRun(cp, tasks, options)
+        batch.submit()
+        total = len(batch.runs)
+        if batch.resumed and not json_out:
+            err.print(
+                f"resuming batch {options.batch_id}: "
+                f"{batch.resumed} of {total} tasks already submitted"
+            )
+        if sys.stderr.isatty() and not json_out:
+            progress = Progress(
+                TextColumn("[bold]batch[/]"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[line]}"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                console=err,
+            )
+            bar = progress.add_task("batch", total=total, line="")
+            with Live(progress, console=err, refresh_per_second=8):
+                counts = batch.run(
+                    lambda c: progress.update(
+                        bar, completed=c.finished, line=_progress_line(c, total)
+                    )
+                )
+        else:
+            last = [""]
+
+            def report(c: Counts) -> None:
+                line = _progress_line(c, total)
+                if line != last[0] and not json_out:
+                    err.print(line, highlight=False)
+                    last[0] = line
+
+            counts = batch.run(report)
+        rows = batch.result_rows()
+    if json_out:
+        print_json({"batch": options.batch_id, "results": str(options.results_path), "tasks": rows})
+    else:
+        table = Table("task", "status", "attempts", "stop reason / error")
+        for row in rows:
+            detail = row["error"] or row["stopReason"] or ""
+            table.add_row(row["id"], row["status"], str(row["attempts"]), str(detail)[:80])
+        out.print(table)
+        out.print(f"{counts.done} done, {counts.failed} failed of {total}")
+        out.print(f"results: {options.results_path}")
+        if options.transcripts_dir is not None:
+            out.print(f"transcripts: {options.transcripts_dir}")
+    return EXIT_FAILED if counts.failed else EXIT_OK
+
+
+def batch_command(
+    typer_ctx: typer.Context,
+    tasks_file: Annotated[
+        Path, typer.Argument(help="JSONL: one {id, prompt, cwd?, agent?, timeout?} per line.")
+    ],
+    agent: Annotated[
+        str | None, typer.Option("--agent", help="Agent command, configured name, or 'example'.")
+    ] = None,
+    jobs: Annotated[
+        int, typer.Option("-j", "--jobs", min=1, max=1024, help="Tasks running at once.")
+    ] = 4,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Results JSONL (default: TASKS.results.jsonl).")
+    ] = None,
+    transcripts: Annotated[
+        Path | None,
+        typer.Option("--transcripts", help="Export each task's transcript (JSONL v3) here."),
+    ] = None,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="Run failed tasks again (only those).")
+    ] = False,
+    batch_id: Annotated[
+        str | None, typer.Option("--batch-id", help="Default: derived from the tasks file's path.")
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results as one JSON document.")
+    ] = False,
+) -> None:
+    """Run many prompts durably. Kill it at any moment and run the same command again: it
+    resumes, never runs a completed task twice, and the results file lists every task once.
+
+    Example: acpctl batch tasks.jsonl --agent "npx @zed-industries/claude-code-acp" -j 8
+    """
+    with errors_as_exit():
+        code = run_batch(
+            typer_ctx.obj,
+            tasks_file,
+            agent,
+            jobs,
+            out_path,
+            transcripts,
+            retry_failed,
+            batch_id,
+            json_out,
+        )
+    raise typer.Exit(code)
+
+
+def demo_command(
+    typer_ctx: typer.Context,
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the demo keeps its store and outputs.")
+    ] = Path("acpctl-demo"),
+    jobs: Annotated[int, typer.Option("-j", "--jobs", min=1, max=64)] = 4,
+) -> None:
+    """The main job: a batch of example tasks against the bundled example agent, on an
+    embedded SQLite store, with progress; then where the results and transcripts are.
+
+    Run it twice: the second run finds every task done and runs nothing again.
+    """
+    ctx: Context = typer_ctx.obj
+    directory = directory.resolve()
+    workspace = directory / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    readme = workspace / "README.txt"
+    if not readme.exists():
+        readme.write_text(
+            "This workspace belongs to the acpctl demo.\nAgents read and write here.\n"
+        )
+    tasks = directory / "tasks.jsonl"
+    if not tasks.exists():
+        with resources.as_file(
+            resources.files("control_plane") / "examples" / "tasks.jsonl"
+        ) as src:
+            shutil.copyfile(src, tasks)
+    if ctx.db is None:
+        ctx.db = str(directory / "acpctl.db")
+    os.chdir(workspace)  # tasks without a cwd run in the demo workspace
+    with errors_as_exit():
+        code = run_batch(
+            ctx,
+            tasks,
+            "example",
+            jobs,
+            directory / "results.jsonl",
+            directory / "transcripts",
+            False,
+            "demo",
+            False,
+        )
+    out.print(f"store: {ctx.db}")
+    out.print(f"inspect: acpctl --db {ctx.db} sessions list")
+    raise typer.Exit(code)
+
+
+def _check_task_agents(tasks_file: Path, tasks: list[Task], config: Config) -> None:
+    """Every task's own ``agent`` resolves (a configured name or a usable command line)
+    before the store is opened: a bad one stops the batch before any task runs."""
+    from control_plane.agents import AgentCommandError
+    from control_plane.batch.tasks import TaskFileError
+
+    problems = []
+    for task in tasks:
+        if task.agent is None:
+            continue
+        try:
+            config.agent(task.agent)
+        except AgentCommandError as exc:
+            problems.append(f"task {task.id!r}: {exc}")
+    if problems:
+        raise TaskFileError(str(tasks_file), problems)

@@ -1,0 +1,637 @@
+"""``acpctl serve``: the control plane as an ACP agent on stdio, in front of any ACP agent.
+
+Any ACP client (an editor, a headless client) talks to this process as to an agent and gets
+durable sessions: ``session/new`` is a durable spawn, ``session/prompt`` a durable command
+whose updates stream back from the event log as they are appended, ``session/load`` replays
+the stored conversation (also after this process and its backend agents were killed).
+
+Threads: the client connection runs on this process's main asyncio loop; the control plane
+(actors, the backend agents' protocol loop, the store writer) runs on its own threads. Calls
+into the control plane go through ``asyncio.to_thread``; the backend's permission requests
+and file access come back from the protocol loop with ``run_coroutine_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from acp import PROTOCOL_VERSION, RequestError, stdio_streams
+from acp.agent.connection import AgentSideConnection
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    ListSessionsResponse,
+    PermissionOption,
+    PromptCapabilities,
+    PromptResponse,
+    SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionInfo,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+    ToolCallUpdate,
+)
+
+from actors.session.launch import launch_agent
+from control_plane.api import ControlPlane
+from control_plane.config import Config
+from control_plane.outcome import Outcome
+from control_plane.serve.lifetime import run_until_exit
+from control_plane.serve.watch import SessionWatches, SetupEvent
+from control_plane.waiting import FINAL
+from protocol import json_codec
+from protocol.agent.connection import AgentConnection, NullRecorder
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.prestart import PrestartPool
+from protocol.face.input_guard import guard_input
+from protocol.face.replay import conversation_updates, current_setup, update_of
+from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
+from state_machines import CommandState, ControlPlaneError, SessionNotFound
+from store import (
+    AgentSpec,
+    CommandRecord,
+    CommittedEvent,
+    EventRecord,
+    SessionCommit,
+    ops,
+    queries,
+)
+from store.hashing import command_hash
+
+log = logging.getLogger(__name__)
+
+SERVE_INFO = Implementation(name="acpctl-serve", title="acp-control-plane", version="0.1.0")
+LIST_PAGE = 50
+# Updates per write when session/load replays a stored conversation.
+REPLAY_BATCH = 256
+# How long a prompt waits on its feed before checking the command in the store itself.
+FEED_CHECK_S = 30.0
+
+
+class ServeAgent:
+    """Duck-typed ``acp.Agent``: methods not defined here answer -32601."""
+
+    def __init__(
+        self,
+        cp: ControlPlane,
+        agent: AgentSpec,
+        out: asyncio.StreamWriter,
+        queue_mode: str = "followup",
+    ) -> None:
+        self.cp = cp
+        self.out = out  # the client stream (the SDK connection writes to it too)
+        self.agent = agent
+        self.queue_mode = queue_mode
+        self.client: AgentSideConnection | None = None
+        self.client_fs = False
+        self.backend_init: dict[str, Any] | None = None
+        self.watches = SessionWatches(cp, asyncio.get_running_loop(), self._send_queued)
+
+    def on_connect(self, conn: AgentSideConnection) -> None:
+        self.client = conn
+
+    # -- initialize ----------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        fs = getattr(client_capabilities, "fs", None)
+        self.client_fs = bool(fs and fs.read_text_file and fs.write_text_file)
+        if self.backend_init is None:
+            self.backend_init = await asyncio.to_thread(self._backend_initialize)
+        caps = self.backend_init.get("agentCapabilities") or {}
+        prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})
+        answer = InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=True,
+                prompt_capabilities=prompt_caps,
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities(),
+                    close=SessionCloseCapabilities(),
+                    resume=SessionResumeCapabilities(),
+                ),
+            ),
+            agent_info=SERVE_INFO,
+        ).model_dump(mode="json", by_alias=True, exclude_none=True)
+        # The backend's auth methods, as it sent them (kinds the SDK's models do not know
+        # included): a client that gets -32000 from session/new knows how to log in.
+        answer["authMethods"] = self.backend_init.get("authMethods") or []
+        return answer
+
+    def _backend_initialize(self) -> dict[str, Any]:
+        """What the backend agent answers to ``initialize``: from the store, where every
+        start of that agent command records it; only the very first time, from a start of
+        the agent for the purpose (then recorded too)."""
+        command_key = command_hash(self.agent.command)
+        cached = self.cp.store.read(lambda c: queries.agent_capabilities(c, command_key))
+        if cached is not None:
+            return cached
+        settings = self.cp.supervisor.settings
+        conn = self._probe_connection("capability-probe")
+        try:
+            init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+        except ControlPlaneError as exc:
+            log.warning("backend agent did not start for the capability probe: %s", exc)
+            return {}
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
+        answer = init.model_dump(by_alias=True, exclude_none=True)
+        self.cp.store.write(
+            lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
+        )
+        return answer
+
+    def _probe_connection(self, purpose: str) -> AgentConnection:
+        """A backend agent process of serve's own, outside any session (it asks nothing
+        of the client: permissions are denied)."""
+        settings = self.cp.supervisor.settings
+        launch = replace(
+            launch_agent(self.agent, os.getcwd(), purpose, settings), stderr_path=os.devnull
+        )
+        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
+        return AgentConnection(launch, NullRecorder(), broker)
+
+    async def authenticate(self, method_id: str, **_: Any) -> dict[str, Any]:
+        """The client's login, carried out by a backend agent process of its own: agents
+        keep what a login gives them (a token, OAuth credentials) in their own files, so
+        every session's agent started afterwards finds it. The agent's answer or error is
+        passed on unchanged."""
+        return await asyncio.to_thread(self._backend_authenticate, method_id)
+
+    def _backend_authenticate(self, method_id: str) -> dict[str, Any]:
+        settings = self.cp.supervisor.settings
+        conn = self._probe_connection("authenticate")
+        try:
+            self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            # A login may wait for a person (a browser flow): as long as a turn may take.
+            return self.cp.loop.call(conn.authenticate(method_id), settings.turn_timeout_s)
+        except ControlPlaneError as exc:
+            agent_error = getattr(exc, "agent_error", None)
+            raise agent_refused({"agentError": agent_error, "error": str(exc)}) from exc
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def new_session(
+        self, cwd: str, mcp_servers: Any = None, additional_directories: Any = None, **meta: Any
+    ) -> dict[str, Any]:
+        """A durable spawn; answered once the backend agent started, with what it offers
+        (modes, models, config options), exactly as the agent said it. The client's MCP
+        servers go to the agent at this and every later launch."""
+        if not os.path.isdir(cwd):
+            raise RequestError.invalid_params({"cwd": cwd, "reason": "no such directory"})
+        key = _idempotency_key(meta)
+        metadata = {
+            "additionalDirectories": list(additional_directories or []),
+            "via": "serve",
+            # An editor's prompt cut short by a crash is shown as interrupted, never re-run
+            # behind the user's back (docs/protocol.md).
+            "interruptedTurns": "report",
+        }
+        try:
+            spawned = await asyncio.to_thread(
+                self.cp.spawn,
+                self.agent,
+                cwd,
+                None,
+                idempotency_key=key,
+                metadata=metadata,
+                queue_mode=self.queue_mode,
+                mcp_servers=_plain_list(mcp_servers),
+            )
+        except ControlPlaneError as exc:
+            raise to_request_error(exc) from None
+        session_id = spawned.session.id
+        # Updates the agent sends right after starting (its slash commands) wait for this
+        # answer: the client must know the session before it gets its updates.
+        self.watches.attach(session_id, hold=True)
+        try:
+            setup = await self._agent_setup(session_id, fresh=spawned.created)
+        finally:
+            # Runs after the SDK queued this request's answer (it does so before it yields).
+            asyncio.get_running_loop().call_soon(self.watches.release, session_id)
+        return {"sessionId": session_id, **setup}
+
+    async def _agent_setup(self, session_id: str, fresh: bool) -> dict[str, Any]:
+        """What the session's agent offers, from its latest start (waiting for the first
+        one of a new session); the agent's own error when it refused to start."""
+        timeout = self.cp.supervisor.settings.agent_start_timeout_s + 10
+        event: SetupEvent | None = None
+        if not fresh:
+            event = await asyncio.to_thread(self.watches.latest_setup, session_id)
+        if event is None:
+            try:
+                event = await self.watches.setup(session_id, timeout)
+            except TimeoutError:
+                raise RequestError.internal_error(
+                    {"details": f"the agent did not start within {timeout:.0f}s"}
+                ) from None
+        prestarted = self.cp.supervisor.settings.prestarted
+        if prestarted is not None:
+            # Taken by this session's launch, or it does not fit (another cwd): an agent
+            # process must not idle for the rest of serve's life.
+            await asyncio.to_thread(prestarted.close)
+        if event.kind == "agent_start_failed":
+            raise agent_refused(event.payload)
+        setup = event.payload.get("sessionSetup")
+        return dict(setup) if isinstance(setup, dict) else {}
+
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **_: Any
+    ) -> dict[str, Any]:
+        events = await self._events(session_id)
+        self._remember_mcp(session_id, mcp_servers)
+        batch: list[dict[str, Any]] = []
+        for update in conversation_updates(events):
+            batch.append(update)
+            if len(batch) >= REPLAY_BATCH:
+                await self._send_updates(session_id, batch)
+                batch = []
+        await self._send_updates(session_id, batch)
+        self.watches.attach(session_id)
+        return current_setup(events)
+
+    async def resume_session(
+        self, session_id: str, cwd: str, mcp_servers: Any = None, **_: Any
+    ) -> dict[str, Any]:
+        await self._session(session_id)
+        self._remember_mcp(session_id, mcp_servers)
+        self.watches.attach(session_id)
+        event = await asyncio.to_thread(self.watches.latest_setup, session_id)
+        return current_setup([] if event is None else [event])
+
+    def _remember_mcp(self, session_id: str, servers: Any) -> None:
+        """A client's MCP servers on load/resume: the agent's next launch gets them."""
+        if servers:
+            self.cp.supervisor.settings.client_mcp.remember(session_id, _plain_list(servers))
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+    ) -> ListSessionsResponse:
+        page = await asyncio.to_thread(self.cp.list_sessions, None, LIST_PAGE + 1, cursor)
+        if cwd is not None:
+            page = [s for s in page if s.cwd == cwd]
+        more = len(page) > LIST_PAGE
+        page = page[:LIST_PAGE]
+        return ListSessionsResponse(
+            sessions=[
+                SessionInfo(
+                    session_id=s.id,
+                    cwd=s.cwd,
+                    title=s.metadata.get("title"),
+                    updated_at=s.updated_at.isoformat(),
+                )
+                for s in page
+            ],
+            next_cursor=page[-1].id if more and page else None,
+        )
+
+    async def close_session(self, session_id: str, **_: Any) -> None:
+        await self._session(session_id)
+        await asyncio.to_thread(self.cp.close_session, session_id, "closed by the ACP client")
+        # A closed session launches no agent again: its MCP credentials leave memory.
+        self.cp.supervisor.settings.client_mcp.forget(session_id)
+
+    # -- turns ---------------------------------------------------------------------------
+
+    async def prompt(self, session_id: str, prompt: list[Any], **meta: Any) -> PromptResponse:
+        blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
+        feed = _TurnFeed(asyncio.get_running_loop())
+        # Watch before enqueueing: every event of the new command is committed after this.
+        unwatch = self.cp.store.watch_session(session_id, feed.on_commit)
+        try:
+            try:
+                command = await asyncio.wrap_future(
+                    self.cp.submit_prompt(
+                        session_id, blocks, idempotency_key=_idempotency_key(meta)
+                    )
+                )
+            except ControlPlaneError as exc:
+                raise to_request_error(exc) from None
+            outcome = await self._stream_turn(command, feed)
+        finally:
+            unwatch()
+        if outcome.state is CommandState.FAILED and not outcome.stop_reason:
+            if outcome.agent_error is not None:
+                raise agent_refused({"agentError": outcome.agent_error})
+            raise turn_failed(outcome.error or "the turn failed")
+        if outcome.state is CommandState.INTERRUPTED:
+            # A repeated request for a prompt a crash cut short: it ended, and is not re-run.
+            return PromptResponse(
+                stop_reason="cancelled", field_meta={"acpctl": {"interrupted": True}}
+            )
+        stop = outcome.stop_reason
+        if stop is None:
+            stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
+        return PromptResponse(stop_reason=stop)
+
+    async def _stream_turn(self, command: CommandRecord, feed: _TurnFeed) -> Outcome:
+        """Forward the command's updates as they are committed (from the session feed, not
+        by reading the log back), then its outcome once it is final: the outcome commits
+        after, or with, the turn's last update, so every update has been sent by then."""
+        session_id, command_id = command.session_id, command.id
+        last = 0
+        if command.state is not CommandState.QUEUED:
+            # A repeated request (same idempotency key) for a command that already ran or
+            # is running: what it committed before we watched is in the log.
+            last = await self._forward_stored(session_id, command_id, last)
+            if command.state in FINAL:
+                return Outcome.of(command)
+        while True:
+            shares = await feed.next(FEED_CHECK_S)
+            if shares is None:
+                # Nothing committed for a while: a long turn, or a turn that ended without
+                # this watcher being told (it cannot, but a hung prompt would be worse).
+                current = await asyncio.to_thread(self.cp.command, command_id)
+                if current.state not in FINAL:
+                    continue
+                await self._forward_stored(session_id, command_id, last)
+                return Outcome.of(current)
+            events = [event for share in shares for event in share.events]
+            last = await self._forward(session_id, command_id, events, last)
+            for share in shares:
+                for record in share.finished:
+                    if record.id == command_id:
+                        return Outcome.of(record)
+
+    async def _forward_stored(self, session_id: str, command_id: str, last: int) -> int:
+        """Send the command's updates found in the log above ``last``."""
+        stored = await asyncio.to_thread(self.cp.store.command_events, session_id, command_id)
+        return await self._forward(session_id, command_id, stored, last)
+
+    async def _forward(
+        self,
+        session_id: str,
+        command_id: str,
+        events: Sequence[EventRecord | CommittedEvent],
+        last: int,
+    ) -> int:
+        """Send the updates of ``command_id`` among ``events``, each once: events at or
+        below ``last`` were sent. Returns the new ``last``."""
+        updates: list[dict[str, Any]] = []
+        for event in events:
+            if event.seq <= last or event.command_id != command_id:
+                continue
+            last = event.seq
+            update = update_of(event)
+            if update is not None:
+                updates.append(update)
+        await self._send_updates(session_id, updates)
+        return last
+
+    async def cancel(self, session_id: str, **_: Any) -> None:
+        try:
+            await asyncio.to_thread(self.cp.cancel, session_id)
+        except SessionNotFound:
+            log.info("cancel for unknown session %s ignored", session_id)
+
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **meta: Any
+    ) -> SetSessionModeResponse:
+        await self._session(session_id)
+        command = await asyncio.to_thread(
+            self.cp.set_mode, session_id, mode_id, idempotency_key=_idempotency_key(meta)
+        )
+        await self._finished(command.id)
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **meta: Any
+    ) -> SetSessionConfigOptionResponse:
+        await self._session(session_id)
+        command = await asyncio.to_thread(
+            self.cp.set_config_option,
+            session_id,
+            config_id,
+            value,
+            idempotency_key=_idempotency_key(meta),
+        )
+        result = await self._finished(command.id)
+        return SetSessionConfigOptionResponse.model_validate(
+            {"configOptions": result.get("configOptions", [])}
+        )
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _finished(self, command_id: str) -> dict[str, Any]:
+        outcome = await asyncio.to_thread(self.cp.wait, command_id, 120)
+        if outcome.state is not CommandState.COMPLETED:
+            raise turn_failed(outcome.error or outcome.state.value)
+        command = await asyncio.to_thread(self.cp.command, command_id)
+        return command.result or {}
+
+    async def _session(self, session_id: str) -> Any:
+        try:
+            return await asyncio.to_thread(self.cp.get, session_id)
+        except SessionNotFound as exc:
+            raise to_request_error(exc) from None
+
+    async def _events(self, session_id: str) -> list[Any]:
+        try:
+            return await asyncio.to_thread(self.cp.events, session_id)
+        except SessionNotFound as exc:
+            raise to_request_error(exc) from None
+
+    async def _send_queued(self, session_id: str, updates: list[dict[str, Any]]) -> None:
+        """Updates that belong to no prompt, through the SDK's own sender: its queue orders
+        them after answers already queued (``session/new``'s), which a write of our own
+        could overtake. Raw dicts, so that no update kind is dropped."""
+        if self.client is None:
+            return
+        sender = self.client._conn  # the SDK's JSON-RPC connection under the typed one
+        for update in updates:
+            await sender.send_notification(
+                "session/update", {"sessionId": session_id, "update": update}
+            )
+
+    async def _send_updates(self, session_id: str, updates: list[dict[str, Any]]) -> None:
+        """``session/update`` notifications, raw (the SDK's typed path would drop update
+        kinds its models do not know), written as one block on the client stream. Not
+        through the SDK's sender: it awaits a queue hand-off and a drain per message, which
+        cost more than the whole rest of forwarding a 100-update turn. Each message is one
+        ``write`` of whole lines, so nothing interleaves with the SDK's own messages, and
+        the prompt's response (sent by the SDK after ``prompt`` returns) comes after."""
+        if not updates:
+            return
+        blob = b"\n".join(
+            json_codec.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session_id, "update": update},
+                }
+            )
+            for update in updates
+        )
+        self.out.write(blob + b"\n")
+        await self.out.drain()
+
+
+class _TurnFeed:
+    """A session's committed events and finished commands, moved from the store's writer
+    thread to the serve loop in commit order. ``next`` returns everything that arrived
+    since the last call at once (one loop wake-up per burst, not per commit)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._shares: list[SessionCommit] = []
+        self._wake: asyncio.Event = asyncio.Event()
+        self._wake_pending = False
+
+    def on_commit(self, share: SessionCommit) -> None:  # store writer thread
+        with self._lock:
+            self._shares.append(share)
+            if self._wake_pending:
+                return  # the loop has not taken the previous ones yet: it will take this too
+            self._wake_pending = True
+        self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def next(self, timeout: float) -> list[SessionCommit] | None:
+        """The shares committed since the last call, oldest first; None after ``timeout``
+        seconds without any."""
+        if not self._wake.is_set():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                return None
+        with self._lock:
+            shares, self._shares = self._shares, []
+            self._wake_pending = False
+            self._wake.clear()
+        return shares
+
+
+class _Bridge:
+    """Permission requests and file access of backend agents, forwarded to the client.
+    Called on the control plane's protocol loop; the client lives on the front loop."""
+
+    def __init__(self, front_loop: asyncio.AbstractEventLoop) -> None:
+        self.agent: ServeAgent | None = None  # bound once the control plane is open
+        self.front_loop = front_loop
+
+    def serves_files(self) -> bool:
+        return self.agent is not None and self.agent.client_fs
+
+    def _cp_session(self, acp_session_id: str) -> str:
+        assert self.agent is not None
+        cp = self.agent.cp
+        found = cp.store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
+        if found is None:
+            raise to_request_error(SessionNotFound(acp_session_id))
+        return found
+
+    async def _on_front(self, coro: Any) -> Any:
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.front_loop))
+
+    async def ask(
+        self, acp_session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> str | None:
+        client = None if self.agent is None else self.agent.client
+        if client is None:
+            return None  # nobody to ask: the broker answers cancelled
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        response = await self._on_front(
+            client.request_permission(session_id=session_id, tool_call=tool_call, options=options)
+        )
+        outcome = response.outcome
+        return getattr(outcome, "option_id", None)
+
+    async def read_text_file(
+        self, acp_session_id: str, path: str, line: int | None, limit: int | None
+    ) -> str:
+        assert self.agent is not None and self.agent.client is not None
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        response = await self._on_front(
+            self.agent.client.read_text_file(
+                session_id=session_id, path=path, line=line, limit=limit
+            )
+        )
+        return str(response.content)
+
+    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None:
+        assert self.agent is not None and self.agent.client is not None
+        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
+        await self._on_front(
+            self.agent.client.write_text_file(session_id=session_id, path=path, content=content)
+        )
+
+
+def _plain_list(servers: Any) -> list[dict[str, Any]]:
+    """The client's MCP server objects as plain JSON dicts."""
+    out = []
+    for server in servers or []:
+        dumped = (
+            server
+            if isinstance(server, dict)
+            else server.model_dump(by_alias=True, exclude_none=True)
+        )
+        out.append(dict(dumped))
+    return out
+
+
+def _idempotency_key(meta: dict[str, Any]) -> str | None:
+    """A client may put ``idempotencyKey`` in a request's ``_meta``; without one, a retried
+    request is a new command."""
+    value = meta.get("idempotencyKey")
+    if value is None and isinstance(meta.get("field_meta"), dict):
+        value = meta["field_meta"].get("idempotencyKey")
+    return None if value is None else str(value)
+
+
+async def serve(
+    config: Config,
+    agent: AgentSpec,
+    max_frame_bytes: int,
+    backend: PrestartPool | None = None,
+) -> int:
+    """Serve ACP on this process's stdin/stdout until the client closes stdin; the exit code
+    (control_plane/serve/lifetime.py). ``backend``: the agent process started ahead for the
+    first session (discarded if none takes it)."""
+    front_loop = asyncio.get_running_loop()
+    bridge = _Bridge(front_loop)
+    settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge, prestarted=backend)
+    db = config.db_path
+    db.parent.mkdir(parents=True, exist_ok=True)
+    cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
+    try:
+        reader, writer = await stdio_streams(limit=1024 * 1024)
+        server = ServeAgent(cp, agent, writer, config.queue_mode.value)
+        bridge.agent = server
+        guarded = asyncio.StreamReader(limit=1024 * 1024)
+        pump = asyncio.create_task(guard_input(reader, guarded, writer, max_frame_bytes))
+        conn = AgentSideConnection(
+            server,  # type: ignore[arg-type]  # duck-typed on purpose: missing methods -> -32601
+            writer,
+            guarded,
+            listening=False,
+            use_unstable_protocol=True,
+        )
+        try:
+            return await run_until_exit(
+                conn.listen(), pump, cp.store, config.timeouts.store_fault_s
+            )
+        finally:
+            server.watches.close()
+            pump.cancel()
+            await conn.close()
+    finally:
+        await asyncio.to_thread(cp.close)
+        if backend is not None:
+            await asyncio.to_thread(backend.close)

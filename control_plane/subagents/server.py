@@ -1,0 +1,434 @@
+"""The subagent bridge: how an agent's MCP tools reach the control plane.
+
+Each session's agent gets an MCP server (``control_plane/subagents/mcp_server.py``, stdio,
+started by the agent from ``session/new``'s ``mcpServers``). That server forwards every tool
+call over a local Unix socket to this bridge, with the session id and a per-session secret.
+
+Security: the secret is HMAC-SHA256(key, session id) with a random 32-byte key that lives in
+this process's memory only: never on disk (an agent runs as the same user and can read any
+file the control plane can) and never in the database. A restarted process has a new key,
+and its agents are relaunched with the new secrets. A request with a missing or wrong secret
+is refused. A session may only see and control its own descendants: every id a request names
+is checked against that tree. Each process has a socket of its own (its pid in the name),
+removed only by that process, so two processes on one store never take each other's tools
+away. What the secret does not stop: a process of the same user that reads another
+process's environment (``/proc/PID/environ`` of a session's MCP server) learns that
+session's secret; run agents as another user where that matters.
+
+Wire format: one JSON object per line each way. Request ``{"session", "secret", "op",
+"args"}``; response ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+
+Limits (every agent may be hostile, and all sessions share this one bridge):
+
+- Requests run on the bridge's own pool of ``BRIDGE_WORKERS`` (16) named threads
+  (``cp-bridge_N``), never on the protocol loop's default executor (6 threads on a 2-core
+  machine, shared with whatever else parks a blocking call there): a bridge request can
+  never stall anything but other bridge requests. Each request's work is a few store reads
+  or one spawn/prompt/cancel write, so 16 threads are far more than the store can keep busy,
+  and few enough to cost nothing while idle.
+- Per-session fairness: a session has at most ``PER_SESSION_IN_FLIGHT`` (2) requests on the
+  pool at once (an ``asyncio.Semaphore`` per session id, taken on the loop before the work is
+  handed to the pool, after the secret is checked, so only a session's own secret can use
+  up its share). The rest of that session's requests queue on the loop, costing no thread;
+  other sessions' requests go ahead. Two, not one: an agent that polls one child while it
+  spawns or lists another is not serialised behind itself. With 16 workers, 8 sessions
+  have to be saturating their share at once before a ninth waits for a thread, and then
+  only for the length of a store read or write, since:
+- ``subagent_result(wait=N)`` holds no thread while it waits. It reads the run's state on
+  the pool, then parks on the loop until the store reports a command finished (the store's
+  after-commit notification) or ``WAIT_POLL_S`` passes, and reads again. So a tree of
+  hostile sessions (a session may spawn children that run any command, each with a secret
+  of its own) cannot take the pool with waits either.
+- ``wait`` must be a finite number >= 0 (JSON numbers only: no strings, no booleans, no
+  NaN or Infinity); waits longer than ``MAX_WAIT_S`` (60 s) are cut to it. A wait that ends
+  before the run does answers ``status: "running"`` (with ``waited`` and, when cut,
+  ``capped: true``) so the agent calls again; it is not an error.
+- Spawn keys (``idempotencyKey``) are stored as ``subagent:<parent id>:<key>``: a key an agent
+  picks can never equal a key its host uses, nor another parent's key, while the same parent
+  retrying the same key gets its first spawn. A key is a non-empty string of at most
+  ``MAX_KEY_CHARS`` (200) characters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import hmac
+import json
+import logging
+import math
+import os
+import secrets
+import sys
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from control_plane.agents import agent_from_command
+from control_plane.subagents.wire import SECRET_ENV
+from state_machines import ControlPlaneError, SessionState
+from store import queries
+from store.ops.announce import status_of
+
+if TYPE_CHECKING:
+    from control_plane.api import ControlPlane
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_REQUEST_BYTES = 1024 * 1024
+BRIDGE_WORKERS = 16  # threads of the bridge's own pool (see the module docstring)
+PER_SESSION_IN_FLIGHT = 2  # a session's requests on the pool at once
+MAX_WAIT_S = 60.0  # subagent_result waits longer than this are cut to it
+WAIT_POLL_S = 1.0  # a parked wait reads again this often (a commit of another process)
+MAX_KEY_CHARS = 200  # longest spawn idempotencyKey accepted
+STOP_GRACE_S = 5.0  # how long stop() lets requests already on the pool finish
+
+
+class BridgeRefused(Exception):
+    """A request the bridge will not carry out (bad secret, not a descendant, bad op)."""
+
+
+def socket_path(store_path: str, pid: int | None = None) -> str:
+    """This process's socket: next to the store when the path fits a Unix socket (108
+    bytes), else in the temp dir; the pid keeps two processes on one store apart."""
+    pid = os.getpid() if pid is None else pid
+    beside = f"{store_path}.{pid}.sock"
+    if len(beside.encode()) < 100:
+        return beside
+    digest = hashlib.sha256(store_path.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"acpctl-{digest}.{pid}.sock")
+
+
+def parse_wait(value: Any) -> tuple[float, bool]:
+    """``subagent_result``'s ``wait``: (seconds, whether it was cut to ``MAX_WAIT_S``).
+    Absent means 0; anything but a finite JSON number >= 0 is refused."""
+    if value is None:
+        return 0.0, False
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BridgeRefused(f"wait must be a number of seconds (finite, >= 0), not {_shown(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BridgeRefused(f"wait must be a finite number of seconds >= 0, not {value!r}")
+    if value < 0:
+        raise BridgeRefused(f"wait must be >= 0 seconds, not {value!r}")
+    if value > MAX_WAIT_S:  # compared before float(): a huge JSON integer stays an int
+        return MAX_WAIT_S, True
+    return float(value), False
+
+
+def spawn_key(parent_id: str, value: Any) -> str | None:
+    """The stored spawn key for the key a parent's agent chose: namespaced by the parent,
+    so it never equals a host's key or another parent's (see the module docstring)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise BridgeRefused(f"idempotencyKey must be a non-empty string, not {_shown(value)}")
+    if len(value) > MAX_KEY_CHARS:
+        raise BridgeRefused(f"idempotencyKey is longer than {MAX_KEY_CHARS} characters")
+    return f"subagent:{parent_id}:{value}"
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+@dataclass
+class _Share:
+    """One session's share of the pool, dropped when no request of the session is left."""
+
+    semaphore: asyncio.Semaphore = field(
+        default_factory=lambda: asyncio.Semaphore(PER_SESSION_IN_FLIGHT)
+    )
+    users: int = 0
+
+
+class SubagentBridge:
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.key = secrets.token_bytes(32)  # this process's only: see the module docstring
+        self.path = socket_path(cp.store.path)
+        self._server: asyncio.AbstractServer | None = None
+        self._pool = ThreadPoolExecutor(BRIDGE_WORKERS, thread_name_prefix="cp-bridge")
+        self._shares: dict[str, _Share] = {}  # on the loop only
+        self._watches: dict[str, set[asyncio.Event]] = {}  # command id -> parked waits
+        self._connections: set[asyncio.Task[None]] = set()
+        self._busy = 0  # requests on the pool now (any thread; under _busy_lock)
+        self._busy_lock = threading.Lock()
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def secret_for(self, session_id: str) -> str:
+        return hmac.new(self.key, session_id.encode(), hashlib.sha256).hexdigest()
+
+    def mcp_servers_for(self, session_id: str) -> list[dict[str, Any]]:
+        """The ``mcpServers`` entry handed to the session's agent in ``session/new``."""
+        return [
+            {
+                "name": "acp-control-plane",
+                "command": sys.executable,
+                "args": [
+                    "-m",
+                    "control_plane.subagents.mcp_server",
+                    "--socket",
+                    self.path,
+                    "--session",
+                    session_id,
+                ],
+                "env": [{"name": SECRET_ENV, "value": self.secret_for(session_id)}],
+            }
+        ]
+
+    # -- lifecycle (on the protocol loop) ------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def finished(command_ids: set[str]) -> None:  # on the store's writer thread
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._wake, command_ids)
+
+        self._unsubscribe = self.cp.store.subscribe_commands(finished)
+        if os.path.exists(self.path):
+            os.unlink(self.path)  # a socket left by a process that died
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=self.path, limit=MAX_REQUEST_BYTES
+        )
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        # End every open connection (parked waits included), then let what is on the pool
+        # finish for a moment without blocking the loop; what is still queued is dropped.
+        connections = list(self._connections)
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
+        while self._busy and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        try:
+            while line := await reader.readline():
+                response = await self._answer(line)
+                writer.write(json.dumps(response).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass  # stop(): the bridge goes away, and with it this connection
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+
+    async def _answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict):
+                raise BridgeRefused("a request must be a JSON object")
+            session_id, op, args = self._authenticate(request)
+            if op == "subagent_result":
+                result = await self._result(session_id, args)
+            else:
+                result = await self._run(session_id, self._carry_out, session_id, op, args)
+            return {"ok": True, "result": result}
+        except (BridgeRefused, ControlPlaneError, ValueError, TimeoutError) as exc:
+            return {"ok": False, "error": str(exc) or type(exc).__name__}
+        except Exception as exc:  # a bug must not cost the agent its connection
+            log.exception("subagent bridge request failed")
+            return {"ok": False, "error": f"internal error: {type(exc).__name__}"}
+
+    # -- scheduling (on the loop) ----------------------------------------------------------
+
+    def _authenticate(self, request: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+        """The session a request speaks for, checked against its secret on the loop (one
+        HMAC), before the request may take any of that session's share of the pool."""
+        session_id = request.get("session")
+        given = request.get("secret")
+        if (
+            not isinstance(session_id, str)
+            or not session_id
+            or not isinstance(given, str)
+            or not hmac.compare_digest(given.encode(), self.secret_for(session_id).encode())
+        ):
+            raise BridgeRefused("refused: missing or wrong session secret")
+        args = request.get("args") or {}
+        if not isinstance(args, dict):
+            raise BridgeRefused("args must be an object")
+        op = request.get("op")
+        if op not in OPS:
+            raise BridgeRefused(f"unknown operation {op!r}")
+        return session_id, str(op), args
+
+    @contextlib.asynccontextmanager
+    async def _share(self, session_id: str) -> AsyncIterator[None]:
+        share = self._shares.get(session_id)
+        if share is None:
+            share = self._shares[session_id] = _Share()
+        share.users += 1
+        try:
+            async with share.semaphore:
+                yield
+        finally:
+            share.users -= 1
+            if share.users == 0:
+                del self._shares[session_id]
+
+    async def _run(self, session_id: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the bridge's pool, within the session's share of it."""
+        async with self._share(session_id):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._pool, functools.partial(self._busy_call, fn, *args)
+            )
+
+    def _busy_call(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            return fn(*args)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+
+    def _wake(self, command_ids: set[str]) -> None:
+        for command_id in command_ids:
+            for event in self._watches.get(command_id, ()):
+                event.set()
+
+    async def _result(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        wait, capped = parse_wait(args.get("wait"))
+        child, command_id = await self._run(session_id, self._latest_prompt, session_id, args)
+        if command_id is None:
+            return {"id": child, "status": "none"}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        changed = asyncio.Event()
+        self._watches.setdefault(command_id, set()).add(changed)  # before the first read
+        try:
+            while True:
+                changed.clear()
+                answer = await self._run(session_id, self._outcome, child, command_id)
+                remaining = deadline - loop.time()
+                if answer is not None or remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):  # parked: no thread held
+                    await asyncio.wait_for(changed.wait(), min(remaining, WAIT_POLL_S))
+        finally:
+            watching = self._watches[command_id]
+            watching.discard(changed)
+            if not watching:
+                del self._watches[command_id]
+        if answer is not None:
+            return answer
+        running: dict[str, Any] = {"id": child, "status": "running"}
+        if wait > 0:
+            running["waited"] = wait
+        if capped:
+            running["capped"] = True
+        return running
+
+    # -- requests (pool threads) ----------------------------------------------------------
+
+    def _carry_out(self, session_id: str, op: str, args: dict[str, Any]) -> Any:
+        if op == "spawn_subagent":
+            return self._spawn(session_id, args)
+        if op == "list_subagents":
+            return self._list(session_id)
+        if op == "send_to_subagent":
+            return self._send(session_id, args)
+        if op == "cancel_subagent":
+            child = self._descendant(session_id, args)
+            return {"id": child, "state": self.cp.cancel(child).value}
+        raise BridgeRefused(f"unknown operation {op!r}")
+
+    def _descendant(self, session_id: str, args: dict[str, Any]) -> str:
+        child = str(args.get("id") or "")
+        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
+        if child not in tree:
+            raise BridgeRefused(f"refused: {child!r} is not a subagent of this session")
+        return child
+
+    def _spawn(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        task = str(args.get("task") or "").strip()
+        if not task:
+            raise BridgeRefused("spawn_subagent needs a task")
+        key = spawn_key(session_id, args.get("idempotencyKey"))
+        parent = self.cp.get(session_id)
+        agent = parent.agent
+        if args.get("agent"):
+            agent = agent_from_command(str(args["agent"]))
+        mode = str(args.get("mode") or "run")
+        spawned = self.cp.spawn(
+            agent, parent.cwd, task, parent=session_id, mode=mode, idempotency_key=key
+        )
+        return {"id": spawned.session.id, "mode": mode, "state": spawned.session.state.value}
+
+    def _list(self, session_id: str) -> list[dict[str, Any]]:
+        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
+        listed = []
+        for child_id in tree:
+            child = self.cp.get(child_id)
+            listed.append(
+                {
+                    "id": child.id,
+                    "parentId": child.parent_id,
+                    "state": child.state.value,
+                    "mode": child.metadata.get("mode"),
+                    "agent": child.agent.name,
+                }
+            )
+        return listed
+
+    def _latest_prompt(self, session_id: str, args: dict[str, Any]) -> tuple[str, str | None]:
+        """The descendant a ``subagent_result`` names and its latest prompt's id (None
+        when it has none)."""
+        child = self._descendant(session_id, args)
+        commands = [c for c in self.cp.commands(child) if c.kind.value == "prompt"]
+        return child, commands[-1].id if commands else None
+
+    def _outcome(self, child: str, command_id: str) -> dict[str, Any] | None:
+        """The run's answer once it is final, else None."""
+        outcome = self.cp.result(command_id)
+        if outcome is None:
+            return None
+        return {
+            "id": child,
+            "status": status_of(self.cp.command(command_id)),
+            "text": outcome.text,
+            "stopReason": outcome.stop_reason,
+            "error": outcome.error,
+        }
+
+    def _send(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
+        child = self._descendant(session_id, args)
+        if self.cp.get(child).state is SessionState.CLOSED:
+            raise BridgeRefused(
+                f"subagent {child} is closed (mode=run subagents end after their run)"
+            )
+        command = self.cp.prompt(child, str(args.get("message") or ""))
+        return {"id": child, "commandId": command.id}
+
+
+OPS = frozenset(
+    {"spawn_subagent", "list_subagents", "subagent_result", "send_to_subagent", "cancel_subagent"}
+)

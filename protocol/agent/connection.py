@@ -1,0 +1,675 @@
+"""One agent process and its ACP connection, driven from the protocol loop.
+
+Built on the SDK's stdio transport (``spawn_stdio_transport``, the same spawn and shutdown that
+``spawn_agent_process`` uses) plus ``connect_to_agent``, with one addition: a *raw tap*
+between the child's stdout and the SDK reader. The tap sees every line before the SDK does,
+so it can
+
+- hand each ``session/update`` frame to the recorder verbatim and in wire order, and only to
+  the recorder (the SDK would run every notification as its own task, validate it into typed
+  models and drop update kinds its models do not know: work the control plane has no use
+  for, and the largest per-frame cost of a streaming turn);
+- refuse a frame over ``max_frame_bytes`` or a line that is not a JSON object, which the SDK
+  would buffer without bound or silently skip; either ends the connection with a typed
+  ``AgentProtocolError`` and an event.
+
+All methods run on the protocol loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
+
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
+from acp.client.connection import ClientSideConnection
+from acp.meta import AGENT_METHODS
+from acp.schema import (
+    AgentCapabilities,
+    AuthenticateRequest,
+    ClientCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+    InitializeResponse,
+    LoadSessionRequest,
+    NewSessionRequest,
+    ResumeSessionRequest,
+)
+from acp.transports import spawn_stdio_transport
+from acp.utils import serialize_params
+from pydantic import BaseModel
+
+from protocol import json_codec
+from protocol.agent import sdk_logging
+from protocol.agent.client import ControlPlaneClient, FsForward, FsLimits
+from protocol.agent.fs import Confinement
+from protocol.agent.permissions import PermissionBroker
+from protocol.agent.prestart import AdoptedProcess, Prestarted, adopt
+from protocol.agent.proc_tree import agent_pgid_of, process_start_time
+from protocol.agent.spawn import under_reaper
+from protocol.agent.stderr_log import DEFAULT_MAX_BYTES, StderrLog, tail_lines
+from protocol.agent.terminals import TerminalManager
+from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# A process the connection spawned, or one started ahead and adopted (protocol/agent/prestart.py).
+AgentProcess = asyncio.subprocess.Process | AdoptedProcess
+CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
+DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+class Recorder(Protocol):
+    """Where a connection's output goes (the actors write it to the store).
+
+    ``updates`` and ``event`` are called on the loop, in wire order, and must not block:
+    queue the write and return. ``updates`` gets the ``session/update`` frames of one read
+    from the agent's stdout, each as its text verbatim and the tap's parse of it (to read,
+    not to keep): one hand-over per read, so the frames of one read are written together.
+    ``flush`` resolves once everything handed over is durable.
+    """
+
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None: ...
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
+
+    def flush(self) -> Awaitable[None]: ...
+
+
+class NullRecorder:
+    """A ``Recorder`` that keeps nothing: a connection whose output is not recorded (serve's
+    probe of the backend's capabilities; the runtime benchmark without the store)."""
+
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        return None
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class AgentLaunch:
+    command: tuple[str, ...]
+    cwd: str
+    env: Mapping[str, str] = field(repr=False)  # may hold API keys: never printed
+    stderr_path: str
+    additional_directories: tuple[str, ...] = ()
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    shutdown_timeout_s: float = 2.0
+    terminals_enabled: bool = False
+    # Advertise fs/* to the agent (off for agents that cannot create files through it).
+    fs: bool = True
+    fs_limits: FsLimits = field(default_factory=FsLimits)
+    # The stderr log is cut to its newest part past this size (protocol/agent/stderr_log.py);
+    # None: never cut.
+    stderr_max_bytes: int | None = DEFAULT_MAX_BYTES
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    stop_reason: str
+    usage: dict[str, Any] | None = None
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    acp_session_id: str
+    how: str  # "new" | "resumed" | "loaded" | "context_lost"
+    response: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentConnection:
+    def __init__(
+        self,
+        launch: AgentLaunch,
+        recorder: Recorder,
+        permissions: PermissionBroker,
+        on_exit: Callable[[int | None], None] | None = None,
+        fs_forward: FsForward | None = None,
+        prestarted: Prestarted | None = None,
+    ) -> None:
+        sdk_logging.install()  # unknown update kinds are recorded raw, not errors
+        if prestarted is not None:  # its stderr went to the log it was started with
+            launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
+        self._prestarted = prestarted
+        self.launch = launch
+        self._recorder = recorder
+        self.permissions = permissions
+        self._on_exit = on_exit
+        confinement = Confinement(launch.cwd, launch.additional_directories)
+        self.client = ControlPlaneClient(
+            confinement,
+            permissions,
+            TerminalManager(confinement, dict(launch.env), launch.terminals_enabled),
+            fs_forward,
+            launch.fs_limits,
+        )
+        self._stack = AsyncExitStack()
+        self._conn: ClientSideConnection | None = None
+        self._process: AgentProcess | None = None
+        self._reaper_start: int | None = None
+        self._agent_pgid: int | None = None
+        self._failure: AgentProtocolError | None = None
+        self._stopping = False
+        self._replaying = False
+        self._pending = bytearray()  # the tap's partial line
+        # session/update frames of the read being tapped, handed over at its end
+        self._read_updates: list[tuple[str, dict[str, Any]]] = []
+        self._tap_done = False
+        self._exited = asyncio.Event()
+        self.init: InitializeResponse | None = None
+        self.acp_session_id: str | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's own pid (its reaper's while the agent is not known yet)."""
+        if self._agent_pgid is not None:
+            return self._agent_pgid  # the agent leads its own process group
+        return None if self._process is None else self._process.pid
+
+    @property
+    def process_tree(self) -> dict[str, Any] | None:
+        """What identifies the agent's process tree across a crash of this process (stored
+        with the session so recovery can kill leftovers): the reaper's pid and start time,
+        the agent's process group, and the host and boot they belong to."""
+        if self._process is None or self._reaper_start is None:
+            return None
+        return {
+            "host": socket.gethostname(),
+            "bootId": boot_id(),
+            "reaperPid": self._process.pid,
+            "reaperStart": self._reaper_start,
+            "pgid": self._agent_pgid,
+        }
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.returncode is None
+
+    @property
+    def capabilities(self) -> AgentCapabilities:
+        if self.init is None or self.init.agent_capabilities is None:
+            return AgentCapabilities()
+        return self.init.agent_capabilities
+
+    @property
+    def agent_name(self) -> str | None:
+        info = None if self.init is None else self.init.agent_info
+        return None if info is None else info.name
+
+    async def start(self) -> InitializeResponse:
+        """Spawn the agent and ``initialize``; ``AgentStartFailed`` if either fails."""
+        try:
+            self.init = await self._start()
+        except BaseException as exc:
+            self._stopping = True
+            await self._close_stack()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if isinstance(exc, AgentStartFailed):
+                raise
+            raise AgentStartFailed(
+                f"agent {self.launch.command[0]!r} failed to start: {exc}"
+            ) from exc
+        return self.init
+
+    async def _start(self) -> InitializeResponse:
+        launch = self.launch
+        # The cap on the stderr log, also for an adopted process (its log is the one it was
+        # started with). Closed last, once the agent is gone: a final check of the size.
+        stderr_log = StderrLog(launch.stderr_path, launch.stderr_max_bytes)
+        self._stack.push_async_callback(stderr_log.aclose)
+        transport: contextlib.AbstractAsyncContextManager[
+            tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
+        ]
+        if self._prestarted is not None:
+            # Spawned ahead of this session (acpctl serve): its start-up is already paid.
+            transport = adopt(self._prestarted, 1024 * 1024, launch.shutdown_timeout_s)
+        else:
+            # "ab" is O_WRONLY | O_APPEND: every write of the agent (and of its children,
+            # which inherit the fd) goes to the current end of the file, which is what lets
+            # StderrLog truncate the file under the agent (protocol/agent/stderr_log.py).
+            stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
+            try:
+                argv = under_reaper(launch.command, launch.env, launch.cwd)
+            except OSError as exc:
+                raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
+            transport = spawn_stdio_transport(
+                argv[0],
+                *argv[1:],
+                env=dict(launch.env),
+                cwd=launch.cwd,
+                stderr=stderr.fileno(),
+                limit=1024 * 1024,
+                shutdown_timeout=launch.shutdown_timeout_s,
+            )
+        try:
+            entered: tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
+            entered = await self._stack.enter_async_context(transport)
+        except OSError as exc:
+            raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
+        reader, writer, process = entered
+        self._process = process
+        self._reaper_start = process_start_time(process.pid)
+        tapped = asyncio.StreamReader(limit=1024 * 1024)
+        self._hook_tap(reader, tapped)
+        watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
+        capper = asyncio.create_task(stderr_log.watch(), name="acp-stderr-cap")
+        self._stack.push_async_callback(_cancel_tasks, watcher, capper)
+        # Duck-typed on purpose (see protocol/agent/client.py), hence not an ``acp.Client`` subtype.
+        self._conn = connect_to_agent(
+            self.client,  # type: ignore[arg-type]
+            writer,
+            tapped,
+            use_unstable_protocol=True,
+        )
+        self._stack.push_async_callback(self._conn.close)
+        capabilities = ClientCapabilities(
+            fs=FileSystemCapabilities(read_text_file=launch.fs, write_text_file=launch.fs),
+            terminal=launch.terminals_enabled,
+        )
+        try:
+            init = await self._guard(
+                self._conn.initialize(
+                    protocol_version=PROTOCOL_VERSION,
+                    client_capabilities=capabilities,
+                    client_info=CLIENT_INFO,
+                )
+            )
+        except AgentProtocolError as exc:
+            raise AgentStartFailed(
+                f"agent failed during initialize: {exc}", agent_error=exc.agent_error
+            ) from exc
+        # The agent answered, so it runs: its group is found at once (no wait on the loop).
+        self._agent_pgid = agent_pgid_of(process.pid, timeout_s=0)
+        return init
+
+    async def stop(self) -> None:
+        """Orderly end: close the connection and stdin, wait, then terminate, then kill."""
+        self._stopping = True
+        await self.client.terminals.release_all()
+        await self._close_stack()
+
+    async def _close_stack(self) -> None:
+        # The SDK's close can report the pipe it is closing as reset when the agent is
+        # already gone; the process is being ended either way.
+        with contextlib.suppress(ConnectionError):
+            await self._stack.aclose()
+
+    async def kill(self) -> None:
+        """Immediate end (a hung agent after the grace period)."""
+        self._stopping = True
+        if self.alive and self._process is not None:
+            # SIGTERM, not SIGKILL: the reaper kills the agent's whole tree at once on it,
+            # while a SIGKILLed reaper could not (the agent's descendants would live on).
+            with contextlib.suppress(ProcessLookupError):
+                self._process.terminate()
+        await self.client.terminals.release_all()
+        await self._close_stack()
+
+    # -- the raw tap ---------------------------------------------------------------------
+
+    def _hook_tap(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
+        """Run the tap inside ``source.feed_data``: the pipe protocol hands every chunk the
+        agent wrote straight to it, and lines are split, checked and recorded right there,
+        with no pump task woken (one event-loop round trip) per chunk. ``feed_data``,
+        ``feed_eof`` and ``set_exception`` are replaced on this one reader object only;
+        nothing reads ``source`` any more (the SDK reads ``sink``), so it never buffers."""
+        original_eof, original_exception = source.feed_eof, source.set_exception
+
+        def feed_eof() -> None:
+            self._tap_end(sink)
+            original_eof()
+
+        def set_exception(exc: Exception) -> None:
+            self._tap_end(sink)
+            original_exception(exc)
+
+        def feed_data(data: bytes) -> None:
+            self._tap_chunk(data, sink)
+
+        source.feed_data = feed_data  # type: ignore[method-assign,assignment]
+        source.feed_eof = feed_eof  # type: ignore[method-assign]
+        source.set_exception = set_exception  # type: ignore[method-assign]
+        # What arrived before the hook (normally nothing: the agent is still starting up).
+        early: bytearray = getattr(source, "_buffer", bytearray())
+        if early:
+            data = bytes(early)
+            early.clear()
+            self._tap_chunk(data, sink)
+        if source.at_eof():
+            self._tap_end(sink)
+
+    def _tap_chunk(self, data: bytes, sink: asyncio.StreamReader) -> None:
+        if self._tap_done:
+            return
+        try:
+            limit = self.launch.max_frame_bytes
+            pending, start = self._pending, 0
+            while (end := data.find(b"\n", start)) != -1:
+                if pending:
+                    pending += data[start:end]
+                    line = bytes(pending)
+                    pending.clear()
+                else:
+                    line = data[start:end]
+                start = end + 1
+                if not self._take_line(line, sink):
+                    self._tap_close(sink)
+                    return
+            pending += data[start:]
+            if len(pending) > limit:
+                self._fail(f"agent sent a frame over {limit} bytes")
+                self._tap_close(sink)
+            self._hand_over_updates()
+        except Exception as exc:  # runs inside the pipe's data_received: never raise there
+            log.exception("the raw tap failed")
+            self._fail(f"the raw tap failed: {exc}")
+            self._tap_close(sink)
+
+    def _tap_end(self, sink: asyncio.StreamReader) -> None:
+        """The agent's stdout ended: a last line without a newline still counts."""
+        if self._tap_done:
+            return
+        if self._pending:
+            self._take_line(bytes(self._pending), sink)
+        self._tap_close(sink)
+
+    def _hand_over_updates(self) -> None:
+        """The updates of the read so far to the recorder, in one call."""
+        if self._read_updates:
+            frames, self._read_updates = self._read_updates, []
+            self._recorder.updates(frames)
+
+    def _tap_close(self, sink: asyncio.StreamReader) -> None:
+        self._hand_over_updates()
+        self._tap_done = True
+        self._pending.clear()
+        sink.feed_eof()
+
+    def _take_line(self, line: bytes, sink: asyncio.StreamReader) -> bool:
+        if len(line) > self.launch.max_frame_bytes:
+            self._fail(f"agent sent a frame over {self.launch.max_frame_bytes} bytes")
+            return False
+        stripped = line.strip()
+        if not stripped:
+            return True
+        if not stripped.startswith(b"{"):
+            self._fail(f"agent wrote a non-JSON line to stdout: {stripped[:120]!r}")
+            return False
+        if b'"session/update"' in stripped and self._take_update(stripped):
+            return True
+        sink.feed_data(stripped + b"\n")
+        return True
+
+    def _take_update(self, line: bytes) -> bool:
+        """Record a ``session/update`` notification; True when it was one. Such frames are
+        not handed to the SDK: the control plane's only use for them is the verbatim record,
+        and the SDK would validate each into typed models in a task of its own (the largest
+        per-frame cost of a streaming turn) only for ``session_update`` to drop it."""
+        try:
+            frame = json_codec.loads(line)
+        except ValueError:
+            return False  # the SDK logs and skips it; there is nothing verbatim worth keeping
+        if not (
+            isinstance(frame, dict)
+            and frame.get("method") == "session/update"
+            and "id" not in frame
+        ):
+            return False
+        if not self._replaying:
+            self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
+        return True
+
+    def _fail(self, message: str) -> None:
+        self._hand_over_updates()  # what came before the failure is recorded before it
+        if self._failure is None:
+            self._failure = AgentProtocolError(message)
+            self._recorder.event("agent_protocol_error", {"error": message})
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.terminate()  # the reaper kills the tree (see kill())
+
+    async def _watch(self, process: AgentProcess) -> None:
+        code = await process.wait()
+        self._exited.set()
+        if not self._stopping:
+            self._recorder.event(
+                "agent_exited",
+                {
+                    "exitCode": code,
+                    "stderrTail": tail_lines(self.launch.stderr_path),
+                    "expected": False,
+                },
+            )
+            if self._on_exit is not None:
+                self._on_exit(code)
+
+    async def _guard(self, request: Awaitable[T]) -> T:
+        """Await an ACP request; a dead connection becomes a typed error with the reason."""
+        try:
+            return await request
+        except RequestError as exc:
+            # The agent answered with an error: kept whole (code, message, data) so that a
+            # client sees what the agent said (-32000 "Authentication required" stays that).
+            error = exc.to_error_obj()
+            detail = f"{exc}" + (f" ({exc.data})" if exc.data is not None else "")
+            raise AgentProtocolError(
+                f"the agent answered error {exc.code}: {detail}", agent_error=error
+            ) from exc
+        except (ConnectionError, RuntimeError) as exc:
+            if self._process is not None:
+                # The connection ends before the exit status is known; wait a moment for it.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._exited.wait(), 2)
+            if self._failure is not None:
+                raise self._failure from exc
+            if self._process is not None:
+                code = self._process.returncode
+                if code is not None:
+                    raise AgentExited(code, tail_lines(self.launch.stderr_path)) from exc
+            raise AgentProtocolError(f"connection to the agent failed: {exc}") from exc
+
+    def _require_conn(self) -> ClientSideConnection:
+        if self._conn is None:
+            raise AgentProtocolError("the agent connection is not started")
+        if self._failure is not None:
+            raise self._failure
+        return self._conn
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def _session_request(self, method: str, request: BaseModel) -> dict[str, Any]:
+        """Send session/new, load or resume and return the agent's answer exactly as sent:
+        the SDK's response models drop what they do not know yet (``models``, the session
+        model picker), and the control plane passes what the agent offers on unchanged.
+        Uses the SDK's JSON-RPC connection under its typed one for that."""
+        conn = self._require_conn()
+        raw = await self._guard(conn._conn.send_request(method, serialize_params(request)))
+        return raw if isinstance(raw, dict) else {}
+
+    async def authenticate(self, method_id: str) -> dict[str, Any]:
+        """Forward a client's ``authenticate``; the agent's answer as sent."""
+        conn = self._require_conn()
+        params = serialize_params(AuthenticateRequest(method_id=method_id))
+        raw = await self._guard(conn._conn.send_request(AGENT_METHODS["authenticate"], params))
+        return raw if isinstance(raw, dict) else {}
+
+    async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:
+        request = NewSessionRequest(
+            cwd=self.launch.cwd,
+            additional_directories=list(self.launch.additional_directories) or None,
+            mcp_servers=list(mcp_servers),
+        )
+        response = await self._session_request(AGENT_METHODS["session_new"], request)
+        session_id = response.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise AgentProtocolError(f"session/new answered without a sessionId: {response!r}")
+        self.acp_session_id = session_id
+        return SessionOpened(session_id, "new", response)
+
+    async def restore_session(
+        self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
+    ) -> SessionOpened:
+        """Reattach to a session the agent knew: resume if advertised, else load (its replay
+        is not recorded again: it is already in the log), else a new session and a
+        ``context_lost`` event carrying the agent's own reason."""
+        caps = self.capabilities
+        extra = list(self.launch.additional_directories) or None
+        reason = "the agent supports neither session/resume nor session/load"
+        agent_error: dict[str, Any] | None = None
+        try:
+            if caps.session_capabilities is not None and caps.session_capabilities.resume:
+                response = await self._session_request(
+                    AGENT_METHODS["session_resume"],
+                    ResumeSessionRequest(
+                        session_id=acp_session_id,
+                        cwd=self.launch.cwd,
+                        additional_directories=extra,
+                        mcp_servers=list(mcp_servers),
+                    ),
+                )
+                self.acp_session_id = acp_session_id
+                return SessionOpened(acp_session_id, "resumed", response)
+            if caps.load_session:
+                self._replaying = True
+                try:
+                    response = await self._session_request(
+                        AGENT_METHODS["session_load"],
+                        LoadSessionRequest(
+                            cwd=self.launch.cwd,
+                            session_id=acp_session_id,
+                            mcp_servers=list(mcp_servers),
+                            additional_directories=extra,
+                        ),
+                    )
+                finally:
+                    self._replaying = False
+                self.acp_session_id = acp_session_id
+                return SessionOpened(acp_session_id, "loaded", response)
+        except AgentProtocolError as exc:
+            if exc.agent_error is None:
+                raise  # the connection failed: not something a new session would mend
+            reason = f"the agent could not restore session {acp_session_id}: {exc}"
+            agent_error = exc.agent_error
+        opened = await self.new_session(mcp_servers)
+        lost: dict[str, Any] = {"reason": reason, "previousAcpSessionId": acp_session_id}
+        if agent_error is not None:
+            lost["agentError"] = agent_error
+        self._recorder.event("context_lost", lost)
+        return SessionOpened(opened.acp_session_id, "context_lost", opened.response)
+
+    async def prompt(
+        self,
+        blocks: Sequence[dict[str, Any]],
+        timeout_s: float | None = None,
+        grace_s: float = 5.0,
+        durable: bool = True,
+    ) -> TurnResult:
+        """One turn. On ``timeout_s``: cancel, and kill the agent if the turn has not ended
+        ``grace_s`` later (then ``AgentExited``). Returns once the turn's updates are durable;
+        with ``durable=False`` as soon as the agent answered, every update handed to the
+        recorder (the session actor then commits the outcome together with the last ones)."""
+        conn = self._require_conn()
+        session_id = self._require_session()
+        self.permissions.turn_started()
+        turn = asyncio.ensure_future(
+            self._guard(conn.prompt(session_id=session_id, prompt=list(blocks)))  # type: ignore[arg-type]
+        )
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({turn}, timeout=timeout_s)
+            if not done:
+                timed_out = True
+                await self.cancel()
+                done, _ = await asyncio.wait({turn}, timeout=grace_s)
+                if not done:
+                    self._recorder.event(
+                        "turn_timeout_kill",
+                        {"timeoutS": timeout_s, "graceS": grace_s, "pid": self.pid},
+                    )
+                    await self.kill()
+            response = await turn
+        finally:
+            if durable:
+                await self._recorder.flush()
+        usage = (
+            None
+            if response.usage is None
+            else response.usage.model_dump(by_alias=True, exclude_none=True)
+        )
+        return TurnResult(str(response.stop_reason), usage, timed_out)
+
+    async def cancel(self) -> None:
+        """``session/cancel``; pending permission requests are answered ``cancelled``."""
+        self.permissions.cancel_pending()
+        if self._conn is not None and self.acp_session_id is not None and self.alive:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self._conn.cancel(session_id=self.acp_session_id)
+
+    async def set_mode(self, mode_id: str) -> dict[str, Any]:
+        conn = self._require_conn()
+        response = await self._guard(
+            conn.set_session_mode(session_id=self._require_session(), mode_id=mode_id)
+        )
+        return _dump(response)
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> dict[str, Any]:
+        conn = self._require_conn()
+        response = await self._guard(
+            conn.set_config_option(
+                config_id=config_id, session_id=self._require_session(), value=value
+            )
+        )
+        return _dump(response)
+
+    async def close_session(self) -> bool:
+        """``session/close`` where advertised; returns whether it was sent."""
+        caps = self.capabilities.session_capabilities
+        if caps is None or not caps.close or self.acp_session_id is None or not self.alive:
+            return False
+        conn = self._require_conn()
+        await self._guard(conn.close_session(session_id=self.acp_session_id))
+        return True
+
+    def _require_session(self) -> str:
+        if self.acp_session_id is None:
+            raise AgentProtocolError("no ACP session is open on this connection")
+        return self.acp_session_id
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    if model is None:
+        return {}
+    dumped = model.model_dump(by_alias=True, exclude_none=True)
+    return dumped if isinstance(dumped, dict) else {}
+
+
+@functools.cache
+def boot_id() -> str | None:
+    """This boot's id: a pid and start time identify a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

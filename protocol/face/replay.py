@@ -1,0 +1,81 @@
+"""A stored conversation as ``session/update`` notifications (``session/load`` in serve).
+
+Pure: stored events in, update objects out. The user's prompts become
+``user_message_chunk``s (one per content block); every agent update is replayed as recorded
+(unknown kinds included); lifecycle events of the control plane are not part of the
+conversation and are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from protocol.transcript.mapping import EventLike
+
+
+def update_of(event: EventLike) -> dict[str, Any] | None:
+    """The update object inside a stored ``session_update`` event, if it is one."""
+    if event.kind != "session_update":
+        return None
+    payload = event.payload
+    params = (
+        payload.get("params", payload) if payload.get("method") == "session/update" else payload
+    )
+    update = params.get("update") if isinstance(params, dict) else None
+    return update if isinstance(update, dict) else None
+
+
+INTERRUPTED_MARKER = (
+    "\n\n[acpctl: this turn was interrupted by a restart of the control plane; "
+    "its prompt was not sent to the agent again]"
+)
+
+
+def interrupted_marker(event: EventLike) -> dict[str, Any] | None:
+    """The update that ends a turn a crash cut short and that will not run again."""
+    if event.kind == "interrupted" and event.payload.get("willRetry", True):
+        return None  # it runs again: the retry's own updates follow
+    if event.kind not in ("interrupted", "turn_interrupted"):
+        return None
+    return {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": INTERRUPTED_MARKER},
+        "_meta": {"acpctl": {"interrupted": True, "commandId": event.payload.get("commandId")}},
+    }
+
+
+def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]]:
+    for event in events:
+        marker = interrupted_marker(event)
+        if marker is not None:
+            yield marker
+            continue
+        if event.kind == "prompt":
+            for block in event.payload.get("content", []):
+                yield {"sessionUpdate": "user_message_chunk", "content": block}
+            continue
+        update = update_of(event)
+        if update is not None and update.get("sessionUpdate") != "user_message_chunk":
+            yield update
+
+
+def current_setup(events: Iterable[EventLike]) -> dict[str, Any]:
+    """What the session's agent offers now (``modes``, ``models``, ``configOptions``): as its
+    latest start answered, with the mode and config changes it reported since applied."""
+    setup: dict[str, Any] = {}
+    for event in events:
+        if event.kind == "agent_started":
+            recorded = event.payload.get("sessionSetup")
+            setup = json.loads(json.dumps(recorded)) if isinstance(recorded, dict) else {}
+            continue
+        update = update_of(event)
+        if update is None:
+            continue
+        kind = update.get("sessionUpdate")
+        if kind == "current_mode_update" and isinstance(setup.get("modes"), dict):
+            setup["modes"]["currentModeId"] = update.get("currentModeId")
+        elif kind == "config_option_update" and "configOptions" in update:
+            setup["configOptions"] = update["configOptions"]
+    return setup

@@ -1,0 +1,639 @@
+"""Mapping stored control-plane events to a JSONL transcript (format v3).
+
+The control plane records every ACP ``session/update`` and its own lifecycle events; this module
+replays them into the pi/OpenClaw session format (``transcript-v3.md``) so that an exported
+session loads in those tools unchanged. :func:`transcript_entries` is pure: the same session and
+events always give the same entries, ids included, which is what lets golden files pin the
+output byte for byte. :func:`write_transcript` is the only I/O.
+
+The mapping is a small state machine over one *turn* at a time (a prompt until its end):
+streamed chunks and tool calls accumulate in an open assistant message, which is flushed when a
+tool result has to follow it or when the turn ends. A v3 consumer expects every ``toolCall``
+block to be answered by exactly one ``toolResult``, so tool calls left open by a crash, a cancel
+or the end of the recorded events get a synthesized error result.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from protocol.atomic_file import write_text_atomically
+from protocol.transcript.reader import dump_lines
+
+__all__ = [
+    "CONTROL_PLANE_CUSTOM_TYPE",
+    "SUBAGENT_CUSTOM_TYPE",
+    "EventLike",
+    "TranscriptSession",
+    "entry_id",
+    "transcript_entries",
+    "write_transcript",
+]
+
+TRANSCRIPT_VERSION = 3
+CONTROL_PLANE_CUSTOM_TYPE = "acp-control-plane"
+SUBAGENT_CUSTOM_TYPE = "subagent-announce"
+FALLBACK_AGENT_NAME = "acp-agent"
+
+# ACP StopReason -> transcript stopReason (spec table).
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "max_tokens": "length",
+    "max_turn_requests": "length",
+    "refusal": "error",
+    "cancelled": "aborted",
+}
+# Error/aborted assistant messages carry an errorMessage; these explain ACP's own reasons.
+_STOP_REASON_ERRORS = {
+    "refusal": "the agent refused to continue",
+    "cancelled": "the turn was cancelled",
+}
+_FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
+# ACP usage field -> transcript usage field.
+_USAGE_FIELDS = {
+    "inputTokens": "input",
+    "outputTokens": "output",
+    "cachedReadTokens": "cacheRead",
+    "cachedWriteTokens": "cacheWrite",
+}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+JsonObject = dict[str, Any]
+
+
+class EventLike(Protocol):
+    """What the mapping needs from a stored event; the store's row type satisfies it."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def payload(self) -> Mapping[str, Any]: ...
+
+    @property
+    def created_at(self) -> datetime: ...  # timezone-aware UTC
+
+
+@dataclass(frozen=True)
+class TranscriptSession:
+    """Session facts for the header and for the api/provider/model of assistant messages."""
+
+    id: str
+    cwd: str
+    created_at: datetime
+    agent_name: str
+    parent_session: str | None = None
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def entry_id(seed: str, taken: Collection[str]) -> str:
+    """Derive an 8-hex-char entry id from ``seed`` that is not in ``taken``.
+
+    Deterministic so that re-exporting the same events gives the same file; on the (rare)
+    collision the seed is rehashed with a counter until the id is free.
+    """
+    attempt = 0
+    candidate = hashlib.sha256(seed.encode("utf-8")).hexdigest()[:8]
+    while candidate in taken:
+        attempt += 1
+        candidate = hashlib.sha256(f"{seed}#{attempt}".encode()).hexdigest()[:8]
+    return candidate
+
+
+def _as_utc(moment: datetime) -> datetime:
+    # Naive datetimes are taken as UTC: the store writes UTC, some drivers drop the tzinfo.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def _iso_timestamp(moment: datetime) -> str:
+    utc = _as_utc(moment)
+    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
+
+
+def _epoch_ms(moment: datetime) -> int:
+    # Integer arithmetic: float timestamps can round 999 ms down to 998.
+    return (_as_utc(moment) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy a payload value into plain JSON containers (dict/list)."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def _zero_usage() -> JsonObject:
+    return {
+        "input": 0,
+        "output": 0,
+        "cacheRead": 0,
+        "cacheWrite": 0,
+        "totalTokens": 0,
+        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
+    }
+
+
+def _count(value: Any) -> int | float:
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return value if is_number else 0
+
+
+def _map_usage(acp_usage: Any) -> JsonObject:
+    """ACP PromptResponse usage -> transcript usage; unknown counts are 0, cost is never known."""
+    usage = _zero_usage()
+    source = _mapping(acp_usage)
+    for acp_name, name in _USAGE_FIELDS.items():
+        usage[name] = _count(source.get(acp_name))
+    total = source.get("totalTokens")
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        usage["totalTokens"] = total
+    else:
+        # pi defines totalTokens as this sum, so it is the right stand-in when ACP omits it.
+        usage["totalTokens"] = sum(usage[name] for name in _USAGE_FIELDS.values())
+    return usage
+
+
+# --------------------------------------------------------------------------- content blocks
+
+
+def _placeholder(block: Mapping[str, Any]) -> str:
+    """Text standing in for content the transcript cannot carry (audio, binary, unknown)."""
+    kind = block.get("type")
+    if kind in ("audio", "image"):
+        return f"[{kind}: {block.get('mimeType') or 'unknown type'}]"
+    if kind == "resource":
+        uri = _mapping(block.get("resource")).get("uri")
+        return f"[binary resource: {uri}]"
+    return f"[unsupported content: {kind}]"
+
+
+def _block_text(block: Mapping[str, Any]) -> str | None:
+    """The text an ACP ContentBlock carries, or None when it is not textual."""
+    kind = block.get("type")
+    if kind == "text":
+        return _string(block.get("text"))
+    if kind == "resource":
+        return _string(_mapping(block.get("resource")).get("text"))
+    if kind == "resource_link":
+        return _string(block.get("uri"))
+    return None
+
+
+def _user_block(block: Mapping[str, Any]) -> JsonObject:
+    """ACP ContentBlock -> transcript text/image block (the only kinds user content allows)."""
+    data, mime_type = block.get("data"), block.get("mimeType")
+    if block.get("type") == "image" and isinstance(data, str) and isinstance(mime_type, str):
+        return {"type": "image", "data": data, "mimeType": mime_type}
+    text = _block_text(block)
+    return {"type": "text", "text": text if text is not None else _placeholder(block)}
+
+
+def _prompt_content(blocks: Any) -> str | list[JsonObject]:
+    """A prompt is a plain string when it is all text, as pi writes typed-in prompts."""
+    items = [_mapping(block) for block in blocks] if isinstance(blocks, list) else []
+    if all(item.get("type") == "text" for item in items):
+        return "\n\n".join(_string(item.get("text")) or "" for item in items)
+    return [_user_block(item) for item in items]
+
+
+def _agent_text(block: Mapping[str, Any]) -> str:
+    # Assistant messages hold only text/thinking/toolCall blocks, so anything else is rendered.
+    text = _block_text(block)
+    return text if text is not None else _placeholder(block)
+
+
+def _diff_text(item: Mapping[str, Any]) -> str:
+    path = _string(item.get("path")) or "file"
+    old = (_string(item.get("oldText")) or "").splitlines()
+    new = (_string(item.get("newText")) or "").splitlines()
+    lines = difflib.unified_diff(old, new, fromfile=path, tofile=path, lineterm="")
+    return "\n".join(lines)
+
+
+def _tool_result_block(item: Mapping[str, Any]) -> JsonObject:
+    """ACP ToolCallContent -> transcript text/image block."""
+    kind = item.get("type")
+    if kind == "content":
+        return _user_block(_mapping(item.get("content")))
+    if kind == "diff":
+        return {"type": "text", "text": _diff_text(item)}
+    if kind == "terminal":
+        # The terminal's output lives in the agent process, not in the event.
+        return {"type": "text", "text": f"[terminal {item.get('terminalId')}]"}
+    return {"type": "text", "text": f"[unsupported tool content: {kind}]"}
+
+
+def _tool_result_content(content: list[Any], raw_output: Any) -> list[JsonObject]:
+    blocks = [_tool_result_block(_mapping(item)) for item in content]
+    if blocks or raw_output is None:
+        return blocks
+    # Some agents report output only as rawOutput; the model should still see it.
+    text = raw_output if isinstance(raw_output, str) else _compact_json(raw_output)
+    return [{"type": "text", "text": text}]
+
+
+# --------------------------------------------------------------------------- turn state
+
+
+@dataclass
+class _ToolCall:
+    """A tool call of the open turn; ``block`` is its toolCall block in an assistant message."""
+
+    block: JsonObject
+    title: str | None = None
+    kind: str | None = None
+    content: list[Any] = field(default_factory=list)
+    raw_output: Any = None
+    failed: bool = False
+    final: bool = False  # a toolResult has been emitted
+    flushed: bool = False  # its block is in an emitted message and must not change
+
+    @property
+    def call_id(self) -> str:
+        return str(self.block["id"])
+
+    def apply(self, update: Mapping[str, Any]) -> None:
+        """Fold a tool_call / tool_call_update into this call (ACP updates replace fields)."""
+        self.title = _string(update.get("title")) or self.title
+        self.kind = _string(update.get("kind")) or self.kind
+        if isinstance(update.get("content"), list):
+            self.content = list(update["content"])
+        if "rawOutput" in update:
+            self.raw_output = update["rawOutput"]
+        self.failed = update.get("status") == "failed" or self.failed
+        if not self.flushed:
+            self.block["name"] = self.title or self.kind or "tool"
+            if "rawInput" in update:
+                raw_input = update["rawInput"]
+                is_object = isinstance(raw_input, Mapping)
+                self.block["arguments"] = _plain(raw_input) if is_object else {}
+
+
+@dataclass
+class _Turn:
+    """One prompt turn (or agent output that arrived outside any prompt: ``implicit``)."""
+
+    implicit: bool
+    blocks: list[JsonObject] = field(default_factory=list)
+    tools: dict[str, _ToolCall] = field(default_factory=dict)
+
+    def append_text(self, kind: str, text: str) -> None:
+        """Add streamed text, merging into the previous block when it has the same kind."""
+        if not text:
+            return  # an empty chunk must not create an empty block
+        key = "text" if kind == "text" else "thinking"
+        if self.blocks and self.blocks[-1]["type"] == kind:
+            self.blocks[-1][key] += text
+        else:
+            self.blocks.append({"type": kind, key: text})
+
+
+@dataclass(frozen=True)
+class _Close:
+    """How a turn ends: transcript stopReason, usage, errorMessage, reason for open tools."""
+
+    stop_reason: str
+    tool_reason: str
+    usage: JsonObject = field(default_factory=_zero_usage)
+    error_message: str | None = None
+
+
+# --------------------------------------------------------------------------- the mapping
+
+
+class _TranscriptBuilder:
+    """Consumes events in seq order and accumulates entries; ``finish`` returns the lines."""
+
+    def __init__(self, session: TranscriptSession) -> None:
+        self._session = session
+        self._agent = session.agent_name or FALLBACK_AGENT_NAME
+        self._entries: list[JsonObject] = []
+        self._taken_ids: set[str] = set()
+        self._model_id: str | None = None
+        self._turn: _Turn | None = None
+        self._used_call_ids: set[str] = set()
+        # Where the entries being produced come from: seed for ids, time for timestamps.
+        self._seed_prefix = f"{session.id}:start"
+        self._index = 0
+        self._moment = session.created_at
+        self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
+            "prompt": self._on_prompt,
+            "session_update": self._on_session_update,
+            "turn_ended": self._on_turn_ended,
+            "turn_failed": self._on_turn_failed,
+            "interrupted": self._on_interrupted,
+            "announce": self._on_announce,
+        }
+
+    # ---- driving
+
+    def feed(self, event: EventLike) -> None:
+        self._seed_prefix = f"{self._session.id}:{event.seq}"
+        self._index = 0
+        self._moment = event.created_at
+        payload = _mapping(event.payload)
+        handler = self._handlers.get(event.kind)
+        if handler is None:
+            self._emit_lifecycle(event.kind, payload)
+        else:
+            handler(payload)
+
+    def finish(self) -> list[JsonObject]:
+        # Entries produced after the last event keep its timestamp but get their own seeds.
+        self._seed_prefix = f"{self._session.id}:end"
+        self._index = 0
+        self._close_turn(
+            _Close(
+                stop_reason="aborted",
+                error_message="session ended before the turn finished",
+                tool_reason="session ended before the tool call finished",
+            )
+        )
+        return [self._header(), *self._entries]
+
+    # ---- emitting
+
+    def _header(self) -> JsonObject:
+        header: JsonObject = {
+            "type": "session",
+            "version": TRANSCRIPT_VERSION,
+            "id": self._session.id,
+            "timestamp": _iso_timestamp(self._session.created_at),
+            "cwd": self._session.cwd,
+        }
+        if self._session.parent_session is not None:
+            header["parentSession"] = self._session.parent_session
+        return header
+
+    def _emit(self, entry_type: str, fields: JsonObject) -> None:
+        new_id = entry_id(f"{self._seed_prefix}:{self._index}", self._taken_ids)
+        self._index += 1
+        self._taken_ids.add(new_id)
+        parent = self._entries[-1]["id"] if self._entries else None
+        entry: JsonObject = {
+            "type": entry_type,
+            "id": new_id,
+            "parentId": parent,
+            "timestamp": _iso_timestamp(self._moment),
+        }
+        entry.update(fields)
+        self._entries.append(entry)
+
+    def _emit_message(self, message: JsonObject) -> None:
+        message["timestamp"] = _epoch_ms(self._moment)
+        self._emit("message", {"message": message})
+
+    def _emit_custom(self, custom_type: str, data: Any) -> None:
+        self._emit("custom", {"customType": custom_type, "data": data})
+
+    def _emit_lifecycle(self, kind: str, payload: Mapping[str, Any]) -> None:
+        data = {"event": kind}
+        # "event" names the kind even if a payload happens to carry a key of that name.
+        data.update({key: _plain(value) for key, value in payload.items() if key != "event"})
+        self._emit_custom(CONTROL_PLANE_CUSTOM_TYPE, data)
+
+    def _emit_assistant(
+        self, blocks: list[JsonObject], stop_reason: str, usage: JsonObject, error: str | None
+    ) -> None:
+        message: JsonObject = {
+            "role": "assistant",
+            "content": blocks,
+            "api": self._agent,
+            "provider": self._agent,
+            "model": self._model_id or self._agent,
+            "usage": usage,
+            "stopReason": stop_reason,
+        }
+        if error is not None:
+            message["errorMessage"] = error
+        self._emit_message(message)
+
+    def _emit_tool_result(self, tool: _ToolCall, content: list[JsonObject], is_error: bool) -> None:
+        tool.final = True
+        self._emit_message(
+            {
+                "role": "toolResult",
+                "toolCallId": tool.call_id,
+                "toolName": tool.block["name"],
+                "content": content,
+                "isError": is_error,
+            }
+        )
+
+    # ---- turns
+
+    def _ensure_turn(self) -> _Turn:
+        if self._turn is None:
+            self._turn = _Turn(implicit=True)
+        return self._turn
+
+    def _flush_blocks(self, stop_reason: str, usage: JsonObject, error: str | None) -> None:
+        """Emit the open assistant message; an empty one only to record an error/abort."""
+        turn = self._ensure_turn()
+        if turn.blocks or stop_reason in ("error", "aborted"):
+            self._emit_assistant(turn.blocks, stop_reason, usage, error)
+        for tool in turn.tools.values():
+            tool.flushed = True
+        turn.blocks = []
+
+    def _close_turn(self, close: _Close) -> None:
+        if self._turn is None:
+            return
+        self._flush_blocks(close.stop_reason, close.usage, close.error_message)
+        for tool in self._turn.tools.values():
+            if not tool.final:
+                self._emit_tool_result(tool, [{"type": "text", "text": close.tool_reason}], True)
+        self._turn = None
+
+    # ---- lifecycle events
+
+    def _on_prompt(self, payload: Mapping[str, Any]) -> None:
+        if self._turn is not None and self._turn.implicit:
+            # Agent output outside a prompt (e.g. replayed history) is complete as it stands.
+            self._close_turn(_Close("stop", "a new prompt started before the tool call finished"))
+        else:
+            self._close_turn(
+                _Close(
+                    stop_reason="aborted",
+                    error_message="a new prompt started before the turn ended",
+                    tool_reason="a new prompt started before the tool call finished",
+                )
+            )
+        self._turn = _Turn(implicit=False)
+        content = _prompt_content(payload.get("content"))
+        self._emit_message({"role": "user", "content": content})
+
+    def _on_turn_ended(self, payload: Mapping[str, Any]) -> None:
+        acp_reason = _string(payload.get("stopReason")) or "end_turn"
+        stop_reason = _STOP_REASONS.get(acp_reason, "stop")
+        self._close_turn(
+            _Close(
+                stop_reason=stop_reason,
+                usage=_map_usage(payload.get("usage")),
+                error_message=_STOP_REASON_ERRORS.get(acp_reason),
+                tool_reason=f"the turn ended ({acp_reason}) before the tool call finished",
+            )
+        )
+
+    def _on_turn_failed(self, payload: Mapping[str, Any]) -> None:
+        error = _string(payload.get("error")) or "the turn failed"
+        self._close_turn(
+            _Close(
+                stop_reason="error",
+                error_message=error,
+                tool_reason=f"the turn failed before the tool call finished: {error}",
+            )
+        )
+
+    def _on_interrupted(self, payload: Mapping[str, Any]) -> None:
+        reason = _string(payload.get("reason")) or "interrupted"
+        self._close_turn(
+            _Close(
+                stop_reason="aborted",
+                error_message=reason,
+                tool_reason=f"the turn was interrupted before the tool call finished: {reason}",
+            )
+        )
+        self._emit_lifecycle("interrupted", payload)
+
+    def _on_announce(self, payload: Mapping[str, Any]) -> None:
+        child = payload.get("childSessionId")
+        summary = f"[subagent {child} done] status={payload.get('status')}"
+        text = _string(payload.get("text"))
+        self._emit(
+            "custom_message",
+            {
+                "customType": SUBAGENT_CUSTOM_TYPE,
+                "content": f"{summary}\n{text}" if text else summary,
+                "display": True,
+                "details": _plain(payload),
+            },
+        )
+
+    # ---- ACP session/update
+
+    def _on_session_update(self, payload: Mapping[str, Any]) -> None:
+        # The log keeps the whole JSON-RPC frame verbatim; the update is in its params.
+        if payload.get("method") == "session/update":
+            payload = _mapping(payload.get("params"))
+        update = payload.get("update")
+        kind = _mapping(update).get("sessionUpdate")
+        if not isinstance(update, Mapping) or not isinstance(kind, str):
+            self._emit_lifecycle("session_update", payload)  # malformed: keep it, don't guess
+            return
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            block_type = "text" if kind == "agent_message_chunk" else "thinking"
+            text = _agent_text(_mapping(update.get("content")))
+            self._ensure_turn().append_text(block_type, text)
+        elif kind in ("tool_call", "tool_call_update"):
+            self._on_tool_update(update, announced=kind == "tool_call")
+        elif kind == "session_info_update" and "title" in update:
+            self._emit("session_info", self._session_info_fields(update))
+        else:
+            self._emit_custom(kind, _plain(update))
+            if kind == "config_option_update":
+                self._track_model(update)
+
+    @staticmethod
+    def _session_info_fields(update: Mapping[str, Any]) -> JsonObject:
+        # A null title clears the name; a session_info entry without "name" does that in v3.
+        title = _string(update.get("title"))
+        return {"name": title} if title is not None else {}
+
+    def _track_model(self, update: Mapping[str, Any]) -> None:
+        options = update.get("configOptions")
+        for option in options if isinstance(options, list) else []:
+            option = _mapping(option)
+            value = _string(option.get("currentValue"))
+            if option.get("category") != "model" or not value or value == self._model_id:
+                continue
+            self._model_id = value
+            self._emit("model_change", {"provider": self._agent, "modelId": value})
+
+    # ---- tool calls
+
+    def _fresh_call_id(self, call_id: str) -> str:
+        # Agents should not reuse ids, but a reused one would leave two results after the first
+        # toolCall block, which v3 readers reject; the copy gets a distinct id instead.
+        suffix = 2
+        while f"{call_id}~{suffix}" in self._used_call_ids:
+            suffix += 1
+        return f"{call_id}~{suffix}"
+
+    def _tool_for(self, update: Mapping[str, Any], announced: bool) -> _ToolCall | None:
+        """The open tool call an update applies to, creating it if needed; None to ignore."""
+        turn = self._ensure_turn()
+        call_id = _string(update.get("toolCallId")) or f"call-{self._seed_prefix}"
+        existing = turn.tools.get(call_id)
+        if existing is not None:
+            return None if existing.final else existing
+        if call_id in self._used_call_ids:
+            if not announced:
+                return None  # a late update for a call whose result is already written
+            call_id = self._fresh_call_id(call_id)
+        tool = _ToolCall(block={"type": "toolCall", "id": call_id, "name": "tool", "arguments": {}})
+        self._used_call_ids.add(call_id)
+        turn.tools[call_id] = tool
+        turn.blocks.append(tool.block)
+        return tool
+
+    def _on_tool_update(self, update: Mapping[str, Any], announced: bool) -> None:
+        tool = self._tool_for(update, announced)
+        if tool is None:
+            return
+        tool.apply(update)
+        if update.get("status") not in _FINAL_TOOL_STATUSES:
+            return
+        if self._ensure_turn().blocks:
+            # The toolCall block must be in an emitted message before its result.
+            self._flush_blocks("toolUse", _zero_usage(), None)
+        content = _tool_result_content(tool.content, tool.raw_output)
+        self._emit_tool_result(tool, content, tool.failed)
+
+
+def transcript_entries(
+    session: TranscriptSession, events: Iterable[EventLike]
+) -> list[dict[str, Any]]:
+    """Map a session's stored events (any order; sorted by seq) to transcript lines.
+
+    The first item is the header; the rest are entries forming one chain.
+    """
+    builder = _TranscriptBuilder(session)
+    for event in sorted(events, key=lambda event: event.seq):
+        builder.feed(event)
+    return builder.finish()
+
+
+def write_transcript(
+    path: str | os.PathLike[str], session: TranscriptSession, events: Iterable[EventLike]
+) -> int:
+    """Write the transcript atomically (temp file + rename); return the number of lines."""
+    lines = transcript_entries(session, events)
+    write_text_atomically(path, dump_lines(lines))
+    return len(lines)
