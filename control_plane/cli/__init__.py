@@ -135,7 +135,7 @@ def serve_command(
         # The backend agent starts now, while serve imports the SDK and opens the store:
         # the editor's first session/new then finds it ready (protocol/agent/prestart.py).
         backend = prestart_backend(config, spec)
-        from control_plane.serve.agent import serve
+        from control_plane.serve.run import serve
 
         code = asyncio.run(serve(config, spec, max_frame_bytes, backend))
     if code:

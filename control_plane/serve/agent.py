@@ -16,19 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
-from acp import PROTOCOL_VERSION, RequestError, stdio_streams
+from acp import PROTOCOL_VERSION, RequestError
 from acp.agent.connection import AgentSideConnection
 from acp.schema import (
     AgentCapabilities,
     Implementation,
     InitializeResponse,
     ListSessionsResponse,
-    PermissionOption,
     PromptCapabilities,
     PromptResponse,
     SessionCapabilities,
@@ -38,21 +35,15 @@ from acp.schema import (
     SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
-    ToolCallUpdate,
 )
 
-from actors.session.launch import launch_agent
 from control_plane.api import ControlPlane
-from control_plane.config import Config
 from control_plane.outcome import Outcome
-from control_plane.serve.lifetime import run_until_exit
+from control_plane.serve.backend import BackendProbe
+from control_plane.serve.client_io import idempotency_key, plain_list, send_queued, write_updates
+from control_plane.serve.feed import TurnFeed
 from control_plane.serve.watch import SessionWatches, SetupEvent
 from control_plane.waiting import FINAL
-from protocol import json_codec
-from protocol.agent.connection import AgentConnection, NullRecorder
-from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
-from protocol.agent.prestart import PrestartPool
-from protocol.face.input_guard import guard_input
 from protocol.face.replay import conversation_updates, current_setup, update_of
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
 from state_machines import CommandState, ControlPlaneError, SessionNotFound
@@ -61,11 +52,7 @@ from store import (
     CommandRecord,
     CommittedEvent,
     EventRecord,
-    SessionCommit,
-    ops,
-    queries,
 )
-from store.hashing import command_hash
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +81,7 @@ class ServeAgent:
         self.client: AgentSideConnection | None = None
         self.client_fs = False
         self.backend_init: dict[str, Any] | None = None
+        self.backend = BackendProbe(cp, agent)
         self.watches = SessionWatches(cp, asyncio.get_running_loop(), self._send_queued)
 
     def on_connect(self, conn: AgentSideConnection) -> None:
@@ -111,7 +99,7 @@ class ServeAgent:
         fs = getattr(client_capabilities, "fs", None)
         self.client_fs = bool(fs and fs.read_text_file and fs.write_text_file)
         if self.backend_init is None:
-            self.backend_init = await asyncio.to_thread(self._backend_initialize)
+            self.backend_init = await asyncio.to_thread(self.backend.initialize)
         caps = self.backend_init.get("agentCapabilities") or {}
         prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})
         answer = InitializeResponse(
@@ -132,58 +120,12 @@ class ServeAgent:
         answer["authMethods"] = self.backend_init.get("authMethods") or []
         return answer
 
-    def _backend_initialize(self) -> dict[str, Any]:
-        """What the backend agent answers to ``initialize``: from the store, where every
-        start of that agent command records it; only the very first time, from a start of
-        the agent for the purpose (then recorded too)."""
-        command_key = command_hash(self.agent.command)
-        cached = self.cp.store.read(lambda c: queries.agent_capabilities(c, command_key))
-        if cached is not None:
-            return cached
-        settings = self.cp.supervisor.settings
-        conn = self._probe_connection("capability-probe")
-        try:
-            init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
-        except ControlPlaneError as exc:
-            log.warning("backend agent did not start for the capability probe: %s", exc)
-            return {}
-        finally:
-            self.cp.loop.call(conn.stop(), 30)
-        answer = init.model_dump(by_alias=True, exclude_none=True)
-        self.cp.store.write(
-            lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
-        )
-        return answer
-
-    def _probe_connection(self, purpose: str) -> AgentConnection:
-        """A backend agent process of serve's own, outside any session (it asks nothing
-        of the client: permissions are denied)."""
-        settings = self.cp.supervisor.settings
-        launch = replace(
-            launch_agent(self.agent, os.getcwd(), purpose, settings), stderr_path=os.devnull
-        )
-        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
-        return AgentConnection(launch, NullRecorder(), broker)
-
     async def authenticate(self, method_id: str, **_: Any) -> dict[str, Any]:
         """The client's login, carried out by a backend agent process of its own: agents
         keep what a login gives them (a token, OAuth credentials) in their own files, so
         every session's agent started afterwards finds it. The agent's answer or error is
         passed on unchanged."""
-        return await asyncio.to_thread(self._backend_authenticate, method_id)
-
-    def _backend_authenticate(self, method_id: str) -> dict[str, Any]:
-        settings = self.cp.supervisor.settings
-        conn = self._probe_connection("authenticate")
-        try:
-            self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
-            # A login may wait for a person (a browser flow): as long as a turn may take.
-            return self.cp.loop.call(conn.authenticate(method_id), settings.turn_timeout_s)
-        except ControlPlaneError as exc:
-            agent_error = getattr(exc, "agent_error", None)
-            raise agent_refused({"agentError": agent_error, "error": str(exc)}) from exc
-        finally:
-            self.cp.loop.call(conn.stop(), 30)
+        return await asyncio.to_thread(self.backend.authenticate, method_id)
 
     # -- sessions ------------------------------------------------------------------------
 
@@ -195,7 +137,7 @@ class ServeAgent:
         servers go to the agent at this and every later launch."""
         if not os.path.isdir(cwd):
             raise RequestError.invalid_params({"cwd": cwd, "reason": "no such directory"})
-        key = _idempotency_key(meta)
+        key = idempotency_key(meta)
         metadata = {
             "additionalDirectories": list(additional_directories or []),
             "via": "serve",
@@ -212,7 +154,7 @@ class ServeAgent:
                 idempotency_key=key,
                 metadata=metadata,
                 queue_mode=self.queue_mode,
-                mcp_servers=_plain_list(mcp_servers),
+                mcp_servers=plain_list(mcp_servers),
             )
         except ControlPlaneError as exc:
             raise to_request_error(exc) from None
@@ -278,7 +220,7 @@ class ServeAgent:
     def _remember_mcp(self, session_id: str, servers: Any) -> None:
         """A client's MCP servers on load/resume: the agent's next launch gets them."""
         if servers:
-            self.cp.supervisor.settings.client_mcp.remember(session_id, _plain_list(servers))
+            self.cp.supervisor.settings.client_mcp.remember(session_id, plain_list(servers))
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **_: Any
@@ -311,15 +253,13 @@ class ServeAgent:
 
     async def prompt(self, session_id: str, prompt: list[Any], **meta: Any) -> PromptResponse:
         blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
-        feed = _TurnFeed(asyncio.get_running_loop())
+        feed = TurnFeed(asyncio.get_running_loop())
         # Watch before enqueueing: every event of the new command is committed after this.
         unwatch = self.cp.store.watch_session(session_id, feed.on_commit)
         try:
             try:
                 command = await asyncio.wrap_future(
-                    self.cp.submit_prompt(
-                        session_id, blocks, idempotency_key=_idempotency_key(meta)
-                    )
+                    self.cp.submit_prompt(session_id, blocks, idempotency_key=idempotency_key(meta))
                 )
             except ControlPlaneError as exc:
                 raise to_request_error(exc) from None
@@ -340,7 +280,7 @@ class ServeAgent:
             stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
         return PromptResponse(stop_reason=stop)
 
-    async def _stream_turn(self, command: CommandRecord, feed: _TurnFeed) -> Outcome:
+    async def _stream_turn(self, command: CommandRecord, feed: TurnFeed) -> Outcome:
         """Forward the command's updates as they are committed (from the session feed, not
         by reading the log back), then its outcome once it is final: the outcome commits
         after, or with, the turn's last update, so every update has been sent by then."""
@@ -405,7 +345,7 @@ class ServeAgent:
     ) -> SetSessionModeResponse:
         await self._session(session_id)
         command = await asyncio.to_thread(
-            self.cp.set_mode, session_id, mode_id, idempotency_key=_idempotency_key(meta)
+            self.cp.set_mode, session_id, mode_id, idempotency_key=idempotency_key(meta)
         )
         await self._finished(command.id)
         return SetSessionModeResponse()
@@ -419,7 +359,7 @@ class ServeAgent:
             session_id,
             config_id,
             value,
-            idempotency_key=_idempotency_key(meta),
+            idempotency_key=idempotency_key(meta),
         )
         result = await self._finished(command.id)
         return SetSessionConfigOptionResponse.model_validate(
@@ -448,190 +388,8 @@ class ServeAgent:
             raise to_request_error(exc) from None
 
     async def _send_queued(self, session_id: str, updates: list[dict[str, Any]]) -> None:
-        """Updates that belong to no prompt, through the SDK's own sender: its queue orders
-        them after answers already queued (``session/new``'s), which a write of our own
-        could overtake. Raw dicts, so that no update kind is dropped."""
-        if self.client is None:
-            return
-        sender = self.client._conn  # the SDK's JSON-RPC connection under the typed one
-        for update in updates:
-            await sender.send_notification(
-                "session/update", {"sessionId": session_id, "update": update}
-            )
+        if self.client is not None:
+            await send_queued(self.client, session_id, updates)
 
     async def _send_updates(self, session_id: str, updates: list[dict[str, Any]]) -> None:
-        """``session/update`` notifications, raw (the SDK's typed path would drop update
-        kinds its models do not know), written as one block on the client stream. Not
-        through the SDK's sender: it awaits a queue hand-off and a drain per message, which
-        cost more than the whole rest of forwarding a 100-update turn. Each message is one
-        ``write`` of whole lines, so nothing interleaves with the SDK's own messages, and
-        the prompt's response (sent by the SDK after ``prompt`` returns) comes after."""
-        if not updates:
-            return
-        blob = b"\n".join(
-            json_codec.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": session_id, "update": update},
-                }
-            )
-            for update in updates
-        )
-        self.out.write(blob + b"\n")
-        await self.out.drain()
-
-
-class _TurnFeed:
-    """A session's committed events and finished commands, moved from the store's writer
-    thread to the serve loop in commit order. ``next`` returns everything that arrived
-    since the last call at once (one loop wake-up per burst, not per commit)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._shares: list[SessionCommit] = []
-        self._wake: asyncio.Event = asyncio.Event()
-        self._wake_pending = False
-
-    def on_commit(self, share: SessionCommit) -> None:  # store writer thread
-        with self._lock:
-            self._shares.append(share)
-            if self._wake_pending:
-                return  # the loop has not taken the previous ones yet: it will take this too
-            self._wake_pending = True
-        self._loop.call_soon_threadsafe(self._wake.set)
-
-    async def next(self, timeout: float) -> list[SessionCommit] | None:
-        """The shares committed since the last call, oldest first; None after ``timeout``
-        seconds without any."""
-        if not self._wake.is_set():
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                return None
-        with self._lock:
-            shares, self._shares = self._shares, []
-            self._wake_pending = False
-            self._wake.clear()
-        return shares
-
-
-class _Bridge:
-    """Permission requests and file access of backend agents, forwarded to the client.
-    Called on the control plane's protocol loop; the client lives on the front loop."""
-
-    def __init__(self, front_loop: asyncio.AbstractEventLoop) -> None:
-        self.agent: ServeAgent | None = None  # bound once the control plane is open
-        self.front_loop = front_loop
-
-    def serves_files(self) -> bool:
-        return self.agent is not None and self.agent.client_fs
-
-    def _cp_session(self, acp_session_id: str) -> str:
-        assert self.agent is not None
-        cp = self.agent.cp
-        found = cp.store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
-        if found is None:
-            raise to_request_error(SessionNotFound(acp_session_id))
-        return found
-
-    async def _on_front(self, coro: Any) -> Any:
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.front_loop))
-
-    async def ask(
-        self, acp_session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
-    ) -> str | None:
-        client = None if self.agent is None else self.agent.client
-        if client is None:
-            return None  # nobody to ask: the broker answers cancelled
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
-        response = await self._on_front(
-            client.request_permission(session_id=session_id, tool_call=tool_call, options=options)
-        )
-        outcome = response.outcome
-        return getattr(outcome, "option_id", None)
-
-    async def read_text_file(
-        self, acp_session_id: str, path: str, line: int | None, limit: int | None
-    ) -> str:
-        assert self.agent is not None and self.agent.client is not None
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
-        response = await self._on_front(
-            self.agent.client.read_text_file(
-                session_id=session_id, path=path, line=line, limit=limit
-            )
-        )
-        return str(response.content)
-
-    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None:
-        assert self.agent is not None and self.agent.client is not None
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
-        await self._on_front(
-            self.agent.client.write_text_file(session_id=session_id, path=path, content=content)
-        )
-
-
-def _plain_list(servers: Any) -> list[dict[str, Any]]:
-    """The client's MCP server objects as plain JSON dicts."""
-    out = []
-    for server in servers or []:
-        dumped = (
-            server
-            if isinstance(server, dict)
-            else server.model_dump(by_alias=True, exclude_none=True)
-        )
-        out.append(dict(dumped))
-    return out
-
-
-def _idempotency_key(meta: dict[str, Any]) -> str | None:
-    """A client may put ``idempotencyKey`` in a request's ``_meta``; without one, a retried
-    request is a new command."""
-    value = meta.get("idempotencyKey")
-    if value is None and isinstance(meta.get("field_meta"), dict):
-        value = meta["field_meta"].get("idempotencyKey")
-    return None if value is None else str(value)
-
-
-async def serve(
-    config: Config,
-    agent: AgentSpec,
-    max_frame_bytes: int,
-    backend: PrestartPool | None = None,
-) -> int:
-    """Serve ACP on this process's stdin/stdout until the client closes stdin; the exit code
-    (control_plane/serve/lifetime.py). ``backend``: the agent process started ahead for the
-    first session (discarded if none takes it)."""
-    front_loop = asyncio.get_running_loop()
-    bridge = _Bridge(front_loop)
-    settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge, prestarted=backend)
-    db = config.db_path
-    db.parent.mkdir(parents=True, exist_ok=True)
-    cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
-    try:
-        reader, writer = await stdio_streams(limit=1024 * 1024)
-        server = ServeAgent(cp, agent, writer, config.queue_mode.value)
-        bridge.agent = server
-        guarded = asyncio.StreamReader(limit=1024 * 1024)
-        pump = asyncio.create_task(guard_input(reader, guarded, writer, max_frame_bytes))
-        conn = AgentSideConnection(
-            server,  # type: ignore[arg-type]  # duck-typed on purpose: missing methods -> -32601
-            writer,
-            guarded,
-            listening=False,
-            use_unstable_protocol=True,
-        )
-        try:
-            return await run_until_exit(
-                conn.listen(), pump, cp.store, config.timeouts.store_fault_s
-            )
-        finally:
-            server.watches.close()
-            pump.cancel()
-            await conn.close()
-    finally:
-        await asyncio.to_thread(cp.close)
-        if backend is not None:
-            await asyncio.to_thread(backend.close)
+        await write_updates(self.out, session_id, updates)

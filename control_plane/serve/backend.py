@@ -1,0 +1,77 @@
+"""Serve's own backend agent processes, outside any session: the capability probe behind
+``initialize`` (once per agent command; afterwards the answer comes from the store) and the
+process that carries out a client's ``authenticate``."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from typing import Any
+
+from actors.session.launch import launch_agent
+from control_plane.api import ControlPlane
+from protocol.agent.connection import AgentConnection, NullRecorder
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.face.rpc_errors import agent_refused
+from state_machines import ControlPlaneError
+from store import (
+    AgentSpec,
+    ops,
+    queries,
+)
+from store.hashing import command_hash
+
+log = logging.getLogger(__name__)
+
+
+class BackendProbe:
+    def __init__(self, cp: ControlPlane, agent: AgentSpec) -> None:
+        self.cp = cp
+        self.agent = agent
+
+    def initialize(self) -> dict[str, Any]:
+        """What the backend agent answers to ``initialize``: from the store, where every
+        start of that agent command records it; only the very first time, from a start of
+        the agent for the purpose (then recorded too)."""
+        command_key = command_hash(self.agent.command)
+        cached = self.cp.store.read(lambda c: queries.agent_capabilities(c, command_key))
+        if cached is not None:
+            return cached
+        settings = self.cp.supervisor.settings
+        conn = self._connection("capability-probe")
+        try:
+            init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+        except ControlPlaneError as exc:
+            log.warning("backend agent did not start for the capability probe: %s", exc)
+            return {}
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
+        answer = init.model_dump(by_alias=True, exclude_none=True)
+        self.cp.store.write(
+            lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
+        )
+        return answer
+
+    def _connection(self, purpose: str) -> AgentConnection:
+        """A backend agent process of serve's own, outside any session (it asks nothing
+        of the client: permissions are denied)."""
+        settings = self.cp.supervisor.settings
+        launch = replace(
+            launch_agent(self.agent, os.getcwd(), purpose, settings), stderr_path=os.devnull
+        )
+        broker = PermissionBroker(PermissionPolicy(Decision.DENY))
+        return AgentConnection(launch, NullRecorder(), broker)
+
+    def authenticate(self, method_id: str) -> dict[str, Any]:
+        settings = self.cp.supervisor.settings
+        conn = self._connection("authenticate")
+        try:
+            self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            # A login may wait for a person (a browser flow): as long as a turn may take.
+            return self.cp.loop.call(conn.authenticate(method_id), settings.turn_timeout_s)
+        except ControlPlaneError as exc:
+            agent_error = getattr(exc, "agent_error", None)
+            raise agent_refused({"agentError": agent_error, "error": str(exc)}) from exc
+        finally:
+            self.cp.loop.call(conn.stop(), 30)
