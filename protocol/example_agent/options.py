@@ -1,0 +1,57 @@
+"""The example agent's command line: its behaviour switches and where it keeps its state."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Options:
+    """Command-line behaviour switches (see :func:`parse_args`)."""
+
+    state_file: Path
+    invocations_file: Path | None = None
+    exit_during_initialize: bool = False
+    # Refuse session/new with -32000 "Authentication required" unless EXAMPLE_AGENT_TOKEN
+    # is set (what an agent without a configured API key does).
+    auth_required: bool = False
+    load: bool = True
+    resume: bool = True
+    chunk_delay_ms: int = 0
+
+
+def default_state_file() -> Path:
+    """Where the agent keeps its sessions when no ``--state-file`` is given: the user's state
+    directory, never the caller's cwd (an agent started in a project must not leave files
+    in it)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "acpctl" / "example-agent-sessions.json"
+
+
+def parse_args(argv: list[str] | None = None) -> Options:
+    """Parse command-line flags; env vars supply the file defaults."""
+    p = argparse.ArgumentParser(prog="python -m protocol.example_agent", description=__doc__)
+    p.add_argument("--state-file", type=Path, default=None)
+    p.add_argument("--invocations-file", type=Path, default=None)
+    p.add_argument("--exit-during-initialize", action="store_true")
+    p.add_argument("--auth-required", action="store_true")
+    p.add_argument("--no-load", action="store_true")
+    p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--chunk-delay-ms", type=int, default=0)
+    a = p.parse_args(argv)
+    state = a.state_file or Path(os.environ.get("EXAMPLE_AGENT_STATE") or default_state_file())
+    invocations = a.invocations_file or os.environ.get("EXAMPLE_AGENT_INVOCATIONS") or None
+    return Options(
+        state_file=Path(state),
+        invocations_file=Path(invocations) if invocations else None,
+        exit_during_initialize=a.exit_during_initialize,
+        auth_required=a.auth_required,
+        load=not a.no_load,
+        resume=not a.no_resume,
+        chunk_delay_ms=a.chunk_delay_ms,
+    )
