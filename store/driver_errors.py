@@ -1,4 +1,8 @@
-"""Driver errors that mean the store file itself is damaged, as ``StoreDamaged``.
+"""What a driver error means for the store: a lock or I/O fault that dooms one transaction
+(``StoreUnavailable``, retryable), damage to the file (``StoreDamaged``), or one write's own
+error.
+
+Damage:
 
 SQLite reports a truncated file or overwritten pages only when a statement touches them
 ("database disk image is malformed", "file is not a database"), as a plain
@@ -16,7 +20,8 @@ from contextlib import contextmanager
 
 from sqlalchemy.exc import DatabaseError
 
-from state_machines.errors import StoreDamaged
+from state_machines.errors import StoreDamaged, StoreError, StoreUnavailable
+from store.retry import is_locked_error
 
 _DAMAGE = ("malformed", "file is not a database", "database corrupt")
 
@@ -58,3 +63,28 @@ def damage_as_store_error(path: str) -> Iterator[None]:
         if not is_damage(exc):
             raise
         raise as_damaged(exc, path) from exc
+
+
+def own_copy(error: StoreError) -> StoreError:
+    """One error per refused write: raising a shared instance in every caller's thread would
+    chain all their tracebacks onto it (and keep their frames alive)."""
+    copy = type(error)(str(error), path=error.path)
+    copy.__cause__ = error.__cause__
+    return copy
+
+
+def is_connection_level(exc: BaseException) -> bool:
+    """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
+    if is_locked_error(exc) or is_damage(exc):
+        return True
+    text = str(exc).lower()
+    return "disk i/o error" in text or "database or disk is full" in text
+
+
+def as_unavailable(exc: BaseException, path: str) -> StoreUnavailable:
+    """A whole batch failed (not one write's own error): the lock, the disk, I/O."""
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    err = StoreUnavailable(f"write to {path} failed: {exc}", path=path)
+    err.__cause__ = exc
+    return err

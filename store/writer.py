@@ -27,8 +27,14 @@ from typing import Any, Generic, TypeVar, cast
 from sqlalchemy import Connection, Engine
 
 from state_machines.errors import StoreError, StoreUnavailable
-from store.driver_errors import as_damaged, is_damage
-from store.retry import is_locked_error, retry_on_lock
+from store.driver_errors import (
+    as_damaged,
+    as_unavailable,
+    is_connection_level,
+    is_damage,
+    own_copy,
+)
+from store.retry import retry_on_lock
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +80,7 @@ class WriteContext:
         try:
             value = fn(self)
         except Exception as exc:
-            if _is_connection_level(exc):
+            if is_connection_level(exc):
                 raise
             raw.execute("ROLLBACK TO isolated")
             raw.execute("RELEASE isolated")
@@ -247,7 +253,7 @@ class GroupCommitWriter:
         if gone is not None:
             self.fatal = gone
             for req in live:
-                req.resolve(False, _own_copy(gone))
+                req.resolve(False, own_copy(gone))
             return
         try:
             outcomes, hooks, commit = retry_on_lock(
@@ -258,14 +264,14 @@ class GroupCommitWriter:
                 damaged = as_damaged(exc, self._path)
                 self.refuse_for_good(damaged)
                 for req in live:
-                    req.resolve(False, _own_copy(damaged))
+                    req.resolve(False, own_copy(damaged))
                 return
-            error = _as_unavailable(exc, self._path)
+            error = as_unavailable(exc, self._path)
             if self.fault_since is None:
                 self.fault_since = time.monotonic()
             self.last_fault = error
             for req in live:
-                req.resolve(False, _own_copy(error))
+                req.resolve(False, own_copy(error))
             return
         self.fault_since = None  # the store takes writes again
         self.batches += 1
@@ -339,7 +345,7 @@ class GroupCommitWriter:
                 try:
                     value = req.fn(ctx)
                 except Exception as exc:  # the caller's error, not the batch's
-                    if _is_connection_level(exc):
+                    if is_connection_level(exc):
                         raise
                     if isolate:
                         raw.execute("ROLLBACK TO w")
@@ -368,34 +374,9 @@ class GroupCommitWriter:
         return outcomes, hooks, commit
 
 
-def _own_copy(error: StoreError) -> StoreError:
-    """One error per refused write: raising a shared instance in every caller's thread would
-    chain all their tracebacks onto it (and keep their frames alive)."""
-    copy = type(error)(str(error), path=error.path)
-    copy.__cause__ = error.__cause__
-    return copy
-
-
 def _file_identity(path: str) -> tuple[int, int] | None:
     try:
         info = os.stat(path)
     except OSError:
         return None
     return info.st_dev, info.st_ino
-
-
-def _is_connection_level(exc: BaseException) -> bool:
-    """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
-    if is_locked_error(exc) or is_damage(exc):
-        return True
-    text = str(exc).lower()
-    return "disk i/o error" in text or "database or disk is full" in text
-
-
-def _as_unavailable(exc: BaseException, path: str) -> StoreUnavailable:
-    """A whole batch failed (not one write's own error): the lock, the disk, I/O."""
-    if isinstance(exc, StoreUnavailable):
-        return exc
-    err = StoreUnavailable(f"write to {path} failed: {exc}", path=path)
-    err.__cause__ = exc
-    return err

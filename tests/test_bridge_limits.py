@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.subagents import server as subagent_bridge
+from control_plane.subagents import rules
 from control_plane.subagents.wire import call_bridge
 from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
@@ -131,7 +131,7 @@ def test_a_session_has_at_most_its_share_of_the_pool_and_others_go_ahead(
         for thread in floods:
             thread.join(30)
         a_total = time.monotonic() - started
-        assert peak == subagent_bridge.PER_SESSION_IN_FLIGHT == 2
+        assert peak == rules.PER_SESSION_IN_FLIGHT == 2
         assert b_latency < 0.5
         assert a_total >= 2.9  # six 1 s requests, two at a time
 
@@ -140,10 +140,10 @@ def test_a_session_has_at_most_its_share_of_the_pool_and_others_go_ahead(
 def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert subagent_bridge.parse_wait(1e12) == (60.0, True)
-    assert subagent_bridge.parse_wait(10**400) == (60.0, True)
-    assert subagent_bridge.parse_wait(None) == (0.0, False)
-    assert subagent_bridge.parse_wait(60) == (60.0, False)
+    assert rules.parse_wait(1e12) == (60.0, True)
+    assert rules.parse_wait(10**400) == (60.0, True)
+    assert rules.parse_wait(None) == (0.0, False)
+    assert rules.parse_wait(60) == (60.0, False)
     with open_cp(tmp_path) as cp:
         ask = _asker(cp)
         agent = example_agent(tmp_path)
@@ -175,7 +175,7 @@ def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
 
         under = ask(a, "subagent_result", {"id": child, "wait": 0.3})  # ends before the run
         assert under == {"ok": True, "result": {"id": child, "status": "running", "waited": 0.3}}
-        monkeypatch.setattr(subagent_bridge, "MAX_WAIT_S", 1.0)  # not a minute in a test
+        monkeypatch.setattr(rules, "MAX_WAIT_S", 1.0)  # not a minute in a test
         for value in (1e12, 10**30):
             started = time.monotonic()
             answer = ask(a, "subagent_result", {"id": child, "wait": value})
@@ -216,7 +216,7 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(tmp_path:
             return described, answers
 
         described, answers = asyncio.run(asyncio.wait_for(agent_side(), 40))
-        assert f"at most {int(subagent_bridge.MAX_WAIT_S)}" in described and "running" in described
+        assert f"at most {int(rules.MAX_WAIT_S)}" in described and "running" in described
         assert answers[0].startswith("error: ") and "wait must be a finite number" in answers[0]
         assert answers[1].startswith("error: ") and "wait must be >= 0" in answers[1]
         assert json.loads(answers[2]) == {"id": child, "status": "running", "waited": 0.2}
