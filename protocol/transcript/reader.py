@@ -19,9 +19,21 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
+
+from protocol.transcript.schema import (
+    ENTRY_MODELS,
+    MESSAGE_MODELS,
+    CompactionEntry,
+    CompactionEntryV1,
+    Header,
+    HeaderV1,
+    LinearFields,
+    OtherMessage,
+    TreeFields,
+)
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -61,211 +73,6 @@ class Transcript:
         """The header's format version; a header without one is version 1."""
         version = self.header.get("version", 1)
         return version if isinstance(version, int) else 1
-
-
-# --------------------------------------------------------------------------- models
-
-
-class _Strict(BaseModel):
-    # strict: a JSON string "3" must not pass as a number, nor true as 1.
-    # extra="allow": extensions and newer writers add fields; they are not errors.
-    model_config = ConfigDict(strict=True, extra="allow")
-
-
-Number = int | float
-
-
-class _TextBlock(_Strict):
-    type: Literal["text"]
-    text: str
-
-
-class _ImageBlock(_Strict):
-    type: Literal["image"]
-    data: str
-    mimeType: str
-
-
-class _ThinkingBlock(_Strict):
-    type: Literal["thinking"]
-    thinking: str
-
-
-class _ToolCallBlock(_Strict):
-    type: Literal["toolCall"]
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-
-_UserBlock = Annotated[_TextBlock | _ImageBlock, Field(discriminator="type")]
-_AssistantBlock = Annotated[
-    _TextBlock | _ThinkingBlock | _ToolCallBlock, Field(discriminator="type")
-]
-
-
-class _Cost(_Strict):
-    input: Number
-    output: Number
-    cacheRead: Number
-    cacheWrite: Number
-    total: Number
-
-
-class _Usage(_Strict):
-    input: Number
-    output: Number
-    cacheRead: Number
-    cacheWrite: Number
-    totalTokens: Number
-    cost: _Cost
-
-
-class _UserMessage(_Strict):
-    role: Literal["user"]
-    content: str | list[_UserBlock]
-    timestamp: Number
-
-
-class _AssistantMessage(_Strict):
-    role: Literal["assistant"]
-    content: list[_AssistantBlock]
-    api: str
-    provider: str
-    model: str
-    usage: _Usage
-    stopReason: Literal["stop", "length", "toolUse", "error", "aborted"]
-    timestamp: Number
-    errorMessage: str | None = None
-
-
-class _ToolResultMessage(_Strict):
-    role: Literal["toolResult"]
-    toolCallId: str
-    toolName: str
-    content: list[_UserBlock]
-    isError: bool
-    timestamp: Number
-
-
-class _CustomMessage(_Strict):
-    role: Literal["custom"]
-    customType: str
-    content: str | list[_UserBlock]
-    display: bool
-    timestamp: Number
-
-
-class _OtherMessage(_Strict):
-    # pi stores further agent-side roles (bashExecution, branchSummary, ...); their shape is
-    # pi's business, so only the discriminating role is checked.
-    role: str
-
-
-_MESSAGE_MODELS: dict[str, type[_Strict]] = {
-    "user": _UserMessage,
-    "assistant": _AssistantMessage,
-    "toolResult": _ToolResultMessage,
-    "custom": _CustomMessage,
-}
-
-
-class _Header(_Strict):
-    type: Literal["session"]
-    id: str
-    timestamp: str
-    cwd: str
-    version: Literal[1, 2, 3] = 1
-    parentSession: str | None = None
-
-
-class _HeaderV1(_Header):
-    # The oldest files may predate the cwd field.
-    cwd: str = ""
-
-
-class _TreeFields(_Strict):
-    """Fields every v2/v3 entry carries; parentId must be present even when null."""
-
-    type: str
-    id: str
-    parentId: str | None
-    timestamp: str
-
-
-class _LinearFields(_Strict):
-    """v1 entries form a plain list and have no id/parentId."""
-
-    type: str
-    timestamp: str
-
-
-class _MessageEntry(_Strict):
-    message: dict[str, Any]
-
-
-class _ModelChangeEntry(_Strict):
-    provider: str
-    modelId: str
-
-
-class _ThinkingLevelChangeEntry(_Strict):
-    thinkingLevel: str
-
-
-class _CompactionEntry(_Strict):
-    summary: str
-    firstKeptEntryId: str
-    tokensBefore: Number
-    details: Any = None
-    fromHook: bool | None = None
-
-
-class _CompactionEntryV1(_CompactionEntry):
-    # v1 pointed at the first kept entry by list index instead of by id.
-    firstKeptEntryId: str | None = None  # type: ignore[assignment]
-    firstKeptEntryIndex: int | None = None
-
-
-class _BranchSummaryEntry(_Strict):
-    fromId: str
-    summary: str
-    details: Any = None
-    fromHook: bool | None = None
-
-
-class _CustomEntry(_Strict):
-    customType: str
-    data: Any = None
-
-
-class _CustomMessageEntry(_Strict):
-    customType: str
-    content: str | list[_UserBlock]
-    display: bool
-    details: Any = None
-
-
-class _LabelEntry(_Strict):
-    targetId: str
-    label: str | None = None
-
-
-class _SessionInfoEntry(_Strict):
-    name: str | None = None
-
-
-_ENTRY_MODELS: dict[str, type[_Strict]] = {
-    "message": _MessageEntry,
-    "model_change": _ModelChangeEntry,
-    "thinking_level_change": _ThinkingLevelChangeEntry,
-    "compaction": _CompactionEntry,
-    "branch_summary": _BranchSummaryEntry,
-    "custom": _CustomEntry,
-    "custom_message": _CustomMessageEntry,
-    "label": _LabelEntry,
-    "session_info": _SessionInfoEntry,
-}
 
 
 # --------------------------------------------------------------------------- parsing
@@ -315,26 +122,26 @@ def _validate_header(obj: Any, line: int) -> int:
     if not isinstance(obj, dict) or obj.get("type") != "session":
         raise TranscriptFormatError(line, "the first entry must be the session header")
     version = _header_version(obj, line)
-    _check(_HeaderV1 if version == 1 else _Header, obj, line, "session header")
+    _check(HeaderV1 if version == 1 else Header, obj, line, "session header")
     return version
 
 
 def _validate_message(message: Mapping[str, Any], line: int) -> None:
     role = message.get("role")
-    model = _MESSAGE_MODELS.get(role, _OtherMessage) if isinstance(role, str) else _OtherMessage
+    model = MESSAGE_MODELS.get(role, OtherMessage) if isinstance(role, str) else OtherMessage
     _check(model, message, line, f"{role if isinstance(role, str) else 'message'} message")
 
 
 def _validate_entry(obj: Any, version: int, line: int) -> None:
     if not isinstance(obj, dict):
         raise TranscriptFormatError(line, "an entry must be a JSON object")
-    _check(_LinearFields if version == 1 else _TreeFields, obj, line, "entry")
+    _check(LinearFields if version == 1 else TreeFields, obj, line, "entry")
     entry_type = obj["type"]
-    model = _ENTRY_MODELS.get(entry_type)
+    model = ENTRY_MODELS.get(entry_type)
     if model is None:
         raise TranscriptFormatError(line, f"unknown entry type {entry_type!r}")
-    if model is _CompactionEntry and version == 1:
-        model = _CompactionEntryV1
+    if model is CompactionEntry and version == 1:
+        model = CompactionEntryV1
     _check(model, obj, line, f"{entry_type} entry")
     if entry_type == "message":
         _validate_message(obj["message"], line)
