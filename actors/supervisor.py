@@ -33,6 +33,10 @@ from store.ownership import owner_alive, this_owner
 
 log = logging.getLogger(__name__)
 
+# Longest an actor's on_stop may take (ending its agent: agent_shutdown_timeout_s plus the
+# reaper's kill bound; its last writes: the store's lock_timeout) before the sweep forgets it.
+STOP_BOUND_S = 120.0
+
 
 class Supervisor:
     def __init__(self, store: Store, loop: ProtocolLoop, settings: RuntimeSettings) -> None:
@@ -42,6 +46,11 @@ class Supervisor:
         self.me = this_owner()
         self._lock = threading.RLock()
         self._actors: dict[str, pykka.ActorRef[SessionActor]] = {}
+        # Sessions granted a slot while their previous actor was still stopping: activated
+        # once it has (two actors of one session never overlap, not even in on_stop).
+        self._activate_after_stop: set[str] = set()
+        # When the sweep first saw each entry's actor no longer alive (see ``_sweep``).
+        self._dead_since: dict[str, float] = {}
         self.slots = TurnSlots(settings.max_running_turns, self._granted)
         self.live_agents = LiveAgents(settings.max_live_agents)
         self._deps = ActorDeps(
@@ -49,7 +58,7 @@ class Supervisor:
             loop,
             self.slots,
             settings,
-            self._forget,
+            self._stopped,
             threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
             self.notify,
             live_agents=self.live_agents,
@@ -145,21 +154,32 @@ class Supervisor:
             return  # shutting down: the session keeps its work in the store for next time
         with self._lock:
             ref = self._actors.get(session_id)
-            if ref is None or not ref.is_alive():
-                if self._owned_elsewhere(session_id):
-                    ref = None
-                else:
-                    ref = SessionActor.start(session_id, self._deps)
-                    self._actors[session_id] = ref
-                    self.activations += 1
+            if ref is not None and not ref.is_alive():
+                # Its previous actor is still in on_stop (ending its agent, releasing the
+                # session): a second one now would run beside it. Activate after it is done.
+                self._activate_after_stop.add(session_id)
+                ref = None
+            elif ref is None and not self._owned_elsewhere(session_id):
+                ref = SessionActor.start(session_id, self._deps)
+                self._actors[session_id] = ref
+                self.activations += 1
         if ref is None:
-            # Another live process runs it: its own sweep sees the new work.
+            # Another live process runs it (its own sweep sees the new work), or its old
+            # actor is stopping (``_stopped`` asks for a slot again).
             self.slots.release(session_id)
             return
         try:
             ref.tell(SlotGranted())
         except pykka.ActorDeadError:
-            self._forget(session_id)  # it stopped meanwhile (e.g. lost ownership)
+            # It stopped meanwhile (passivated, lost ownership): once its on_stop is over,
+            # ``_stopped`` activates the session again.
+            with self._lock:
+                self._activate_after_stop.add(session_id)
+                stopped_already = session_id not in self._actors
+            self.slots.release(session_id)
+            if stopped_already:  # its on_stop ended before we noted it: ask again now
+                self._activate_after_stop.discard(session_id)
+                self.slots.request(session_id)
 
     def _owned_elsewhere(self, session_id: str) -> bool:
         try:
@@ -168,13 +188,22 @@ class Supervisor:
             return True  # unknown or unreadable: nothing to run
         return owner is not None and owner != self.me and owner_alive(owner)
 
-    def _forget(self, session_id: str) -> None:
+    def _stopped(self, session_id: str, actor_urn: str) -> None:
+        """An actor's on_stop is over: forget it (only that one: a newer actor of the session
+        is never forgotten for an older one) and activate the session again if it was
+        granted a slot meanwhile."""
         with self._lock:
             ref = self._actors.get(session_id)
-            if ref is not None and not ref.is_alive():
+            if ref is not None and ref.actor_urn == actor_urn:
                 del self._actors[session_id]
+                self._dead_since.pop(session_id, None)
+            again = session_id in self._activate_after_stop and session_id not in self._actors
+            self._activate_after_stop.discard(session_id)
         # An actor that stopped holding a slot (crash, takeover) must not leak it.
-        self.slots.release(session_id)
+        if ref is not None and ref.actor_urn == actor_urn:
+            self.slots.release(session_id)
+        if again and not self._stopping.is_set():
+            self.slots.request(session_id)
 
     def _discover(self) -> None:
         """Queue every session with work that no live process owns."""
@@ -199,8 +228,11 @@ class Supervisor:
                     if ref.is_alive():
                         with contextlib.suppress(pykka.ActorDeadError):
                             ref.tell(Tick(now, session_id in over_cap))
-                    else:
-                        self._forget(session_id)
+                    elif now - self._dead_since.setdefault(session_id, now) > STOP_BOUND_S:
+                        # Not alive, and never said its on_stop was over (it raised before
+                        # the end): forgotten, so the session can be activated again.
+                        log.warning("session %s: actor did not finish stopping", session_id)
+                        self._stopped(session_id, ref.actor_urn)
                 if now - last_discovery < self.settings.discover_interval_s:
                     continue
                 last_discovery = now

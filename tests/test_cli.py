@@ -424,18 +424,24 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
 
 @pytest.mark.timeout(180)
 def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path) -> None:
-    """With max_attempts=1, two Ctrl-Cs while the turn runs: the plain rerun still finishes
-    the task (an orderly stop gives the attempt back; only crashes count)."""
+    """With max_attempts=1, Ctrl-C while the turn runs: the stop costs no attempt (the
+    budget grows by one), so the plain rerun does not fail the task; the agent restored its
+    conversation with the prompt in it, so the prompt is not sent a second time: the task
+    ends ``interrupted``, and the agent received it exactly once."""
     import signal
     import time
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "prompt": "long #chunks=100 #delay=50"}) + "\n")
     db = tmp_path / "cp.db"
+    received = tmp_path / "invocations.jsonl"
+    agent = f"{sys.executable} -m protocol.example_agent --invocations-file {received}"
+    agent += f" --state-file {tmp_path / 'agent-state.json'}"
     cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(db), "batch", str(tasks)]
+    cmd += ["--agent", agent]
     env = {**os.environ, "ACPCTL_MAX_ATTEMPTS": "1"}
 
-    def running_turns() -> int:
+    def streamed() -> int:
         if not db.exists():
             return 0
         with sqlite3.connect(db) as conn:
@@ -445,22 +451,21 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path)
             except sqlite3.OperationalError:
                 return 0
 
-    for _ in range(2):
-        seen = running_turns()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
-        )
-        deadline = time.monotonic() + 60
-        while running_turns() < seen + 3:  # the turn is streaming its chunks
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode != 0
-        with sqlite3.connect(db) as conn:
-            rows = conn.execute("select state, attempts from commands").fetchall()
-        assert rows == [("running", 0)], (rows, err[-2000:])
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while streamed() < 3:  # the turn is streaming its chunks
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select state, attempts, max_attempts from commands").fetchall()
+    assert rows == [("running", 1, 2)], (rows, err[-2000:])
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    assert again.returncode == 0, again.stderr[-2000:]
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in results] == ["ok"]
+    assert [r["status"] for r in results] == ["interrupted"], again.stderr[-2000:]
+    prompts = [json.loads(line) for line in received.read_text().splitlines()]
+    assert len(prompts) == 1  # never sent twice into the conversation the agent kept

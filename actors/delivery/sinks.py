@@ -10,6 +10,7 @@ accepted (durably, for the file sink); raising means rejected, retried later.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -57,6 +58,18 @@ class CallbackSink:
         return None
 
 
+def _read_at(fd: int, offset: int, size: int) -> bytes:
+    chunks = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
 class JsonlFileSink:
     """Appends one JSON line per event to a file, fsync-ed before ``deliver`` returns.
 
@@ -81,34 +94,34 @@ class JsonlFileSink:
         self._known = 0  # bytes of the file whose ids are in _seen
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)
-        self._fh = open(path, "ab+")  # noqa: SIM115 - held open for the sink's lifetime
+        # A raw descriptor, no Python buffer: bytes an append failed to write (a full disk)
+        # must never reach the file later, behind the dedupe's back.
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         with self._lock, self._file_locked():
             self._catch_up()
 
     @contextmanager
     def _file_locked(self) -> Iterator[None]:
-        fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def _catch_up(self) -> None:
         """Read the ids appended since the last look (by this process or another); cut a
         torn tail (a writer died mid-line: with the lock held, nobody is writing now)."""
-        size = os.fstat(self._fh.fileno()).st_size
+        size = os.fstat(self._fd).st_size
         if size < self._known:  # cut by hand, or replaced: read it all again
             self._known = 0
             self._seen.clear()
         if size == self._known:
             return
-        self._fh.seek(self._known)
-        data = self._fh.read(size - self._known)
+        data = _read_at(self._fd, self._known, size - self._known)
         end = data.rfind(b"\n") + 1
         if end != len(data):
-            self._fh.truncate(self._known + end)  # never acknowledged
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            os.ftruncate(self._fd, self._known + end)  # never acknowledged
+            os.fsync(self._fd)
         for line in data[:end].splitlines():
             try:
                 entry = json.loads(line)
@@ -130,17 +143,29 @@ class JsonlFileSink:
                     + b"\n"
                     for e in fresh
                 )
-                self._fh.write(blob)  # "a" mode: at the end, whatever the position
-                self._fh.flush()
-                os.fsync(self._fh.fileno())
+                self._append(blob)
                 self._seen.update(e.id for e in fresh)
                 self._known += len(blob)
         if fresh:
             fault_point("delivery.after_sink_write")
 
+    def _append(self, blob: bytes) -> None:
+        """Write ``blob`` at the end (O_APPEND) and fsync it, or leave the file as it was:
+        on any error the part that got written is cut off again before the lock is let go,
+        so a retry appends the batch once, whole."""
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._known)
+            raise
+
     def close(self) -> None:
         with self._lock:
-            self._fh.close()
+            os.close(self._fd)
 
     def delivered_ids(self) -> frozenset[int]:
         with self._lock:

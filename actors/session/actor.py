@@ -79,7 +79,9 @@ class ActorDeps:
     loop: ProtocolLoop
     slots: TurnSlots
     settings: RuntimeSettings
-    on_stopped: Callable[[str], None]  # tell the supervisor this actor is gone
+    # Tell the supervisor this actor is gone: (session id, actor urn), at the very end of
+    # on_stop (its agent ended, its ownership released).
+    on_stopped: Callable[[str, str], None]
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
     # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
@@ -128,22 +130,23 @@ class SessionActor(pykka.ThreadingActor):
         if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
             turn, epoch = self.turn, self.epoch
             try:  # Ctrl-C mid-turn: an interruption, not a failed attempt
-                self.store.write(lambda ctx: ops.refund_attempts(ctx, self.session_id, epoch, turn))
+                self.store.write(lambda ctx: ops.spare_attempts(ctx, self.session_id, epoch, turn))
             except ControlPlaneError as exc:
                 log.warning(
-                    "session %s: giving back the interrupted attempt failed: %s",
+                    "session %s: sparing the interrupted attempt failed: %s",
                     self.session_id,
                     exc,
                 )
         if self.epoch >= 0:
+            epoch = self.epoch
             try:
-                self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner()))
+                self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner(), epoch))
             except StoreError as exc:  # recovery releases it: its owner (this process) ends
                 log.warning("releasing session %s failed: %s", self.session_id, exc)
             except ControlPlaneError:
                 log.exception("releasing session %s failed", self.session_id)
         self.deps.live_agents.gone(self.session_id)
-        self.deps.on_stopped(self.session_id)
+        self.deps.on_stopped(self.session_id, self.actor_urn)
 
     def on_failure(self, *_: Any) -> None:
         self.on_stop()

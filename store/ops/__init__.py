@@ -29,7 +29,7 @@ from store.ops.commands import (
     submit_prompt,
 )
 from store.ops.events import advance_checkpoint, append_events, append_frames, insert_events
-from store.ops.fencing import acquire, check_epoch, refund_attempts, release
+from store.ops.fencing import acquire, check_epoch, release, spare_attempts
 from store.ops.recovery import interrupted_turns_policy, recover, recover_sessions
 from store.ops.sessions import bind, close_orphans, close_session, record_agent_capabilities, spawn
 
@@ -59,8 +59,8 @@ __all__ = [
     "record_agent_capabilities",
     "recover",
     "recover_sessions",
-    "refund_attempts",
     "release",
+    "spare_attempts",
     "spawn",
     "submit_prompt",
     "transition_command",

@@ -25,17 +25,18 @@ from store.writer import WriteContext
 def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
     """Make ``me`` the session's owner; returns the fencing epoch to carry in its writes.
 
-    Taking over from a dead owner raises the epoch, so writes still in flight from the old
-    owner are refused (``StaleEpoch``). A live other owner: ``OwnedElsewhere``."""
+    Every acquire raises the epoch, also by the same owner (a new actor of this process after
+    the previous one passivated): writes still in flight from any earlier holder, another
+    process's or this one's, are refused (``StaleEpoch``), and so is its late ``release``.
+    A live other owner: ``OwnedElsewhere``."""
     session = queries.get_session(ctx.conn, session_id)
-    if session.owner == me:
-        return session.epoch
-    if session.owner is not None and owner_alive(session.owner):
-        raise OwnedElsewhere(session_id, session.owner)
-    # Taken over before a sweep recovered it: what the dead owner left mid-turn is
-    # recovered here, in the same transaction, so no turn starts on a session still
-    # marked running (and no command stays running with nobody running it).
-    recover_sessions(ctx, {session_id})
+    if session.owner != me:
+        if session.owner is not None and owner_alive(session.owner):
+            raise OwnedElsewhere(session_id, session.owner)
+        # Taken over before a sweep recovered it: what the dead owner left mid-turn is
+        # recovered here, in the same transaction, so no turn starts on a session still
+        # marked running (and no command stays running with nobody running it).
+        recover_sessions(ctx, {session_id})
     epoch = session.epoch + 1
     ctx.conn.execute(
         update(sessions)
@@ -45,22 +46,26 @@ def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
     return epoch
 
 
-def release(ctx: WriteContext, session_id: str, me: str) -> None:
+def release(ctx: WriteContext, session_id: str, me: str, epoch: int) -> None:
+    """Give the session up, if ``me`` still holds it at ``epoch`` (a later holder's
+    ownership is never cleared by an earlier one stopping late)."""
     ctx.conn.execute(
         update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.owner == me)
+        .where(sessions.c.id == session_id, sessions.c.owner == me, sessions.c.epoch == epoch)
         .values(owner=None, agent_process=None)  # its owner stopped the agent first
     )
 
 
-def refund_attempts(
+def spare_attempts(
     ctx: WriteContext, session_id: str, epoch: int, command_ids: Sequence[str]
 ) -> None:
     """An orderly shutdown (Ctrl-C, close) stopped these running commands mid-turn: that is
-    the user's choice, not the command failing, so the attempt is given back. They stay
-    ``running`` for the next open's recovery to requeue (or report) as after a crash; only a
-    crash or a kill counts against ``max_attempts``, so a command that kills its process
-    every time still ends ``failed``."""
+    the user's choice, not the command failing, so it costs no attempt of the budget: each
+    gets one more (``max_attempts + 1``). ``attempts`` still counts every claim, so the next
+    start knows the prompt was sent (an agent that restored its conversation has it and is
+    not sent it again). They stay ``running`` for the next open's recovery to requeue (or
+    report) as after a crash; only crashes and kills use up the budget, so a command that
+    kills its process every time still ends ``failed``."""
     check_epoch(ctx.conn, session_id, epoch)
     ctx.conn.execute(
         update(commands)
@@ -68,9 +73,8 @@ def refund_attempts(
             commands.c.id.in_(list(command_ids)),
             commands.c.session_id == session_id,
             commands.c.state == CommandState.RUNNING.value,
-            commands.c.attempts > 0,
         )
-        .values(attempts=commands.c.attempts - 1)
+        .values(max_attempts=commands.c.max_attempts + 1)
     )
 
 
