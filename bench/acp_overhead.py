@@ -63,9 +63,10 @@ from bench._common import (  # noqa: E402
     progress,
     turn_sides,
 )
-from protocol.agent.connection import AgentConnection, AgentLaunch, NullRecorder  # noqa: E402
+from protocol.agent.connection import AgentConnection  # noqa: E402
 from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy  # noqa: E402
 from protocol.agent.spawn import agent_environment  # noqa: E402
+from protocol.agent.types import AgentLaunch, NullRecorder  # noqa: E402
 from protocol.loop import ProtocolLoop  # noqa: E402
 from store import AgentSpec, Store, StoreOptions, Synchronous  # noqa: E402
 

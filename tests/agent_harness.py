@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from actors.session.recorder import StoreRecorder
-from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import AskCallback, Decision, PermissionBroker, PermissionPolicy
 from protocol.agent.spawn import agent_environment
+from protocol.agent.types import AgentLaunch
 from protocol.loop import ProtocolLoop
 from store import AgentSpec, EventRecord, Store
 

@@ -228,7 +228,7 @@ def test_agent_exiting_during_initialize_is_agent_start_failed(harness: AgentHar
 
 
 def test_missing_agent_program_is_agent_start_failed(harness: AgentHarness) -> None:
-    from protocol.agent.connection import AgentLaunch
+    from protocol.agent.types import AgentLaunch
 
     conn = harness.connect()
     conn.launch = AgentLaunch(

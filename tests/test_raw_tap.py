@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.types import AgentLaunch
 
 
 class ListRecorder:
@@ -58,7 +59,7 @@ def test_chunks_cut_anywhere_and_early_data_keep_every_frame_in_order(tmp_path: 
         response = b'{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}'
         wire = b"\n".join([_update(0), _update(1), response, _update(2), _update(3)])
         source.feed_data(wire[:30])  # arrived before the tap was hooked
-        conn._hook_tap(source, sink)
+        conn._tap.hook(source, sink)
         for i in range(30, len(wire), 7):  # the rest in 7-byte pieces
             source.feed_data(wire[i : i + 7])
         source.feed_eof()  # the last frame has no newline: it still counts
@@ -74,7 +75,7 @@ def test_garbage_ends_the_tap_with_a_protocol_error_event(tmp_path: Path) -> Non
         recorder = ListRecorder()
         conn = _connection(tmp_path, recorder)
         source, sink = asyncio.StreamReader(), asyncio.StreamReader()
-        conn._hook_tap(source, sink)
+        conn._tap.hook(source, sink)
         source.feed_data(_update(0) + b"\nnot json at all\n" + _update(1) + b"\n")
         source.feed_eof()
         return recorder, await _drain(sink)
@@ -95,7 +96,7 @@ def test_the_updates_of_one_read_are_handed_over_in_one_call(tmp_path: Path) -> 
         recorder = ListRecorder()
         conn = _connection(tmp_path, recorder)
         source, sink = asyncio.StreamReader(), asyncio.StreamReader()
-        conn._hook_tap(source, sink)
+        conn._tap.hook(source, sink)
         source.feed_data(b"\n".join([_update(0), _update(1), _update(2), b""]))
         source.feed_data(b"\n".join([_update(3), response, _update(4), b""]))
         source.feed_data(_update(5)[:10])  # half a frame: nothing handed over for it yet

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from protocol.agent import stderr_log
-from protocol.agent.connection import AgentConnection, AgentLaunch
+from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
 from protocol.agent.prestart import prestart
 from protocol.agent.spawn import agent_environment
 from protocol.agent.stderr_log import cut, rotated_path, tail_lines
+from protocol.agent.types import AgentLaunch
 from store import AgentSpec
 from tests.agent_harness import AgentHarness
 from tests.cp_harness import open_cp

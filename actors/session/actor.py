@@ -48,8 +48,9 @@ from actors.session.messages import (
 from actors.session.recorder import StoreRecorder
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
-from protocol.agent.connection import AgentConnection, TurnResult
+from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import PermissionBroker
+from protocol.agent.types import TurnResult
 from protocol.loop import ProtocolLoop
 from state_machines import (
     AgentProtocolError,

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 
 from actors.settings import RuntimeSettings
-from protocol.agent.connection import AgentLaunch
+from protocol.agent.types import AgentLaunch
 from store import AgentSpec, SessionRecord
 
 log = logging.getLogger(__name__)

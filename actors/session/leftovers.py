@@ -14,8 +14,7 @@ import logging
 import socket
 from typing import Any
 
-from protocol.agent.connection import boot_id
-from protocol.agent.proc_tree import kill_leftover_tree
+from protocol.agent.proc_tree import boot_id, kill_leftover_tree
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.agent.connection import TurnResult
+from protocol.agent.types import TurnResult
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from typing import Any
 
 from actors.session.launch import launch_agent
 from control_plane.api import ControlPlane
-from protocol.agent.connection import AgentConnection, NullRecorder
+from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
+from protocol.agent.types import NullRecorder
 from protocol.face.rpc_errors import agent_refused
 from state_machines import ControlPlaneError
 from store import (

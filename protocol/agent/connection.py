@@ -23,10 +23,10 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
 from acp.client.connection import ClientSideConnection
@@ -42,92 +42,31 @@ from acp.schema import (
     NewSessionRequest,
     ResumeSessionRequest,
 )
-from acp.transports import spawn_stdio_transport
 from acp.utils import serialize_params
 from pydantic import BaseModel
 
-from protocol import json_codec
 from protocol.agent import sdk_logging
-from protocol.agent.client import ControlPlaneClient, FsForward, FsLimits
+from protocol.agent.client import ControlPlaneClient, FsForward
 from protocol.agent.fs import Confinement
 from protocol.agent.permissions import PermissionBroker
-from protocol.agent.prestart import AdoptedProcess, Prestarted, adopt
-from protocol.agent.proc_tree import agent_pgid_of, process_start_time
-from protocol.agent.spawn import under_reaper
-from protocol.agent.stderr_log import DEFAULT_MAX_BYTES, StderrLog, tail_lines
+from protocol.agent.prestart import Prestarted
+from protocol.agent.proc_tree import agent_pgid_of, boot_id, process_start_time
+from protocol.agent.process import AgentProcess, agent_transport
+from protocol.agent.stderr_log import StderrLog, tail_lines
+from protocol.agent.tap import RawTap
 from protocol.agent.terminals import TerminalManager
+from protocol.agent.types import (
+    AgentLaunch,
+    Recorder,
+    SessionOpened,
+    TurnResult,
+)
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# A process the connection spawned, or one started ahead and adopted (protocol/agent/prestart.py).
-AgentProcess = asyncio.subprocess.Process | AdoptedProcess
 CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
-DEFAULT_MAX_FRAME_BYTES = 16 * 1024 * 1024
-
-
-class Recorder(Protocol):
-    """Where a connection's output goes (the actors write it to the store).
-
-    ``updates`` and ``event`` are called on the loop, in wire order, and must not block:
-    queue the write and return. ``updates`` gets the ``session/update`` frames of one read
-    from the agent's stdout, each as its text verbatim and the tap's parse of it (to read,
-    not to keep): one hand-over per read, so the frames of one read are written together.
-    ``flush`` resolves once everything handed over is durable.
-    """
-
-    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None: ...
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None: ...
-
-    def flush(self) -> Awaitable[None]: ...
-
-
-class NullRecorder:
-    """A ``Recorder`` that keeps nothing: a connection whose output is not recorded (serve's
-    probe of the backend's capabilities; the runtime benchmark without the store)."""
-
-    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
-        return None
-
-    def event(self, kind: str, payload: dict[str, Any]) -> None:
-        return None
-
-    async def flush(self) -> None:
-        return None
-
-
-@dataclass(frozen=True)
-class AgentLaunch:
-    command: tuple[str, ...]
-    cwd: str
-    env: Mapping[str, str] = field(repr=False)  # may hold API keys: never printed
-    stderr_path: str
-    additional_directories: tuple[str, ...] = ()
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    shutdown_timeout_s: float = 2.0
-    terminals_enabled: bool = False
-    # Advertise fs/* to the agent (off for agents that cannot create files through it).
-    fs: bool = True
-    fs_limits: FsLimits = field(default_factory=FsLimits)
-    # The stderr log is cut to its newest part past this size (protocol/agent/stderr_log.py);
-    # None: never cut.
-    stderr_max_bytes: int | None = DEFAULT_MAX_BYTES
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    stop_reason: str
-    usage: dict[str, Any] | None = None
-    timed_out: bool = False
-
-
-@dataclass(frozen=True)
-class SessionOpened:
-    acp_session_id: str
-    how: str  # "new" | "resumed" | "loaded" | "context_lost"
-    response: dict[str, Any] = field(default_factory=dict)
 
 
 class AgentConnection:
@@ -163,11 +102,7 @@ class AgentConnection:
         self._agent_pgid: int | None = None
         self._failure: AgentProtocolError | None = None
         self._stopping = False
-        self._replaying = False
-        self._pending = bytearray()  # the tap's partial line
-        # session/update frames of the read being tapped, handed over at its end
-        self._read_updates: list[tuple[str, dict[str, Any]]] = []
-        self._tap_done = False
+        self._tap = RawTap(recorder, launch.max_frame_bytes, self._fail)
         self._exited = asyncio.Event()
         self.init: InitializeResponse | None = None
         self.acp_session_id: str | None = None
@@ -233,30 +168,7 @@ class AgentConnection:
         # started with). Closed last, once the agent is gone: a final check of the size.
         stderr_log = StderrLog(launch.stderr_path, launch.stderr_max_bytes)
         self._stack.push_async_callback(stderr_log.aclose)
-        transport: contextlib.AbstractAsyncContextManager[
-            tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
-        ]
-        if self._prestarted is not None:
-            # Spawned ahead of this session (acpctl serve): its start-up is already paid.
-            transport = adopt(self._prestarted, 1024 * 1024, launch.shutdown_timeout_s)
-        else:
-            # "ab" is O_WRONLY | O_APPEND: every write of the agent (and of its children,
-            # which inherit the fd) goes to the current end of the file, which is what lets
-            # StderrLog truncate the file under the agent (protocol/agent/stderr_log.py).
-            stderr = self._stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
-            try:
-                argv = under_reaper(launch.command, launch.env, launch.cwd)
-            except OSError as exc:
-                raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
-            transport = spawn_stdio_transport(
-                argv[0],
-                *argv[1:],
-                env=dict(launch.env),
-                cwd=launch.cwd,
-                stderr=stderr.fileno(),
-                limit=1024 * 1024,
-                shutdown_timeout=launch.shutdown_timeout_s,
-            )
+        transport = agent_transport(launch, self._prestarted, self._stack)
         try:
             entered: tuple[asyncio.StreamReader, asyncio.StreamWriter, AgentProcess]
             entered = await self._stack.enter_async_context(transport)
@@ -266,7 +178,7 @@ class AgentConnection:
         self._process = process
         self._reaper_start = process_start_time(process.pid)
         tapped = asyncio.StreamReader(limit=1024 * 1024)
-        self._hook_tap(reader, tapped)
+        self._tap.hook(reader, tapped)
         watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
         capper = asyncio.create_task(stderr_log.watch(), name="acp-stderr-cap")
         self._stack.push_async_callback(_cancel_tasks, watcher, capper)
@@ -321,122 +233,8 @@ class AgentConnection:
         await self.client.terminals.release_all()
         await self._close_stack()
 
-    # -- the raw tap ---------------------------------------------------------------------
-
-    def _hook_tap(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
-        """Run the tap inside ``source.feed_data``: the pipe protocol hands every chunk the
-        agent wrote straight to it, and lines are split, checked and recorded right there,
-        with no pump task woken (one event-loop round trip) per chunk. ``feed_data``,
-        ``feed_eof`` and ``set_exception`` are replaced on this one reader object only;
-        nothing reads ``source`` any more (the SDK reads ``sink``), so it never buffers."""
-        original_eof, original_exception = source.feed_eof, source.set_exception
-
-        def feed_eof() -> None:
-            self._tap_end(sink)
-            original_eof()
-
-        def set_exception(exc: Exception) -> None:
-            self._tap_end(sink)
-            original_exception(exc)
-
-        def feed_data(data: bytes) -> None:
-            self._tap_chunk(data, sink)
-
-        source.feed_data = feed_data  # type: ignore[method-assign,assignment]
-        source.feed_eof = feed_eof  # type: ignore[method-assign]
-        source.set_exception = set_exception  # type: ignore[method-assign]
-        # What arrived before the hook (normally nothing: the agent is still starting up).
-        early: bytearray = getattr(source, "_buffer", bytearray())
-        if early:
-            data = bytes(early)
-            early.clear()
-            self._tap_chunk(data, sink)
-        if source.at_eof():
-            self._tap_end(sink)
-
-    def _tap_chunk(self, data: bytes, sink: asyncio.StreamReader) -> None:
-        if self._tap_done:
-            return
-        try:
-            limit = self.launch.max_frame_bytes
-            pending, start = self._pending, 0
-            while (end := data.find(b"\n", start)) != -1:
-                if pending:
-                    pending += data[start:end]
-                    line = bytes(pending)
-                    pending.clear()
-                else:
-                    line = data[start:end]
-                start = end + 1
-                if not self._take_line(line, sink):
-                    self._tap_close(sink)
-                    return
-            pending += data[start:]
-            if len(pending) > limit:
-                self._fail(f"agent sent a frame over {limit} bytes")
-                self._tap_close(sink)
-            self._hand_over_updates()
-        except Exception as exc:  # runs inside the pipe's data_received: never raise there
-            log.exception("the raw tap failed")
-            self._fail(f"the raw tap failed: {exc}")
-            self._tap_close(sink)
-
-    def _tap_end(self, sink: asyncio.StreamReader) -> None:
-        """The agent's stdout ended: a last line without a newline still counts."""
-        if self._tap_done:
-            return
-        if self._pending:
-            self._take_line(bytes(self._pending), sink)
-        self._tap_close(sink)
-
-    def _hand_over_updates(self) -> None:
-        """The updates of the read so far to the recorder, in one call."""
-        if self._read_updates:
-            frames, self._read_updates = self._read_updates, []
-            self._recorder.updates(frames)
-
-    def _tap_close(self, sink: asyncio.StreamReader) -> None:
-        self._hand_over_updates()
-        self._tap_done = True
-        self._pending.clear()
-        sink.feed_eof()
-
-    def _take_line(self, line: bytes, sink: asyncio.StreamReader) -> bool:
-        if len(line) > self.launch.max_frame_bytes:
-            self._fail(f"agent sent a frame over {self.launch.max_frame_bytes} bytes")
-            return False
-        stripped = line.strip()
-        if not stripped:
-            return True
-        if not stripped.startswith(b"{"):
-            self._fail(f"agent wrote a non-JSON line to stdout: {stripped[:120]!r}")
-            return False
-        if b'"session/update"' in stripped and self._take_update(stripped):
-            return True
-        sink.feed_data(stripped + b"\n")
-        return True
-
-    def _take_update(self, line: bytes) -> bool:
-        """Record a ``session/update`` notification; True when it was one. Such frames are
-        not handed to the SDK: the control plane's only use for them is the verbatim record,
-        and the SDK would validate each into typed models in a task of its own (the largest
-        per-frame cost of a streaming turn) only for ``session_update`` to drop it."""
-        try:
-            frame = json_codec.loads(line)
-        except ValueError:
-            return False  # the SDK logs and skips it; there is nothing verbatim worth keeping
-        if not (
-            isinstance(frame, dict)
-            and frame.get("method") == "session/update"
-            and "id" not in frame
-        ):
-            return False
-        if not self._replaying:
-            self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
-        return True
-
     def _fail(self, message: str) -> None:
-        self._hand_over_updates()  # what came before the failure is recorded before it
+        self._tap.hand_over()  # what came before the failure is recorded before it
         if self._failure is None:
             self._failure = AgentProtocolError(message)
             self._recorder.event("agent_protocol_error", {"error": message})
@@ -546,7 +344,7 @@ class AgentConnection:
                 self.acp_session_id = acp_session_id
                 return SessionOpened(acp_session_id, "resumed", response)
             if caps.load_session:
-                self._replaying = True
+                self._tap.replaying = True
                 try:
                     response = await self._session_request(
                         AGENT_METHODS["session_load"],
@@ -558,7 +356,7 @@ class AgentConnection:
                         ),
                     )
                 finally:
-                    self._replaying = False
+                    self._tap.replaying = False
                 self.acp_session_id = acp_session_id
                 return SessionOpened(acp_session_id, "loaded", response)
         except AgentProtocolError as exc:
@@ -660,15 +458,6 @@ def _dump(model: Any) -> dict[str, Any]:
 
 
 @functools.cache
-def boot_id() -> str | None:
-    """This boot's id: a pid and start time identify a process only within one boot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:
     for task in tasks:
         task.cancel()

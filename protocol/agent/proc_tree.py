@@ -184,3 +184,12 @@ def kill_leftover_tree(
         for pid in victims:
             send(pid, signal.SIGKILL)
         time.sleep(0.002)
+
+
+def boot_id() -> str | None:
+    """This boot's id: a pid and start time identify a process only within one boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None

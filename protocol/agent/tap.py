@@ -1,0 +1,150 @@
+"""The raw tap: between an agent's stdout and the SDK's reader, it sees every line first.
+
+Each ``session/update`` frame goes to the recorder verbatim, in wire order, handed over once
+per read from the pipe (so the frames of one read are written together), and never to the
+SDK (which would validate each into typed models in a task of its own only to drop it). A
+frame over ``max_frame_bytes`` or a line that is not a JSON object ends the tap and is
+reported through ``on_bad_frame`` (the connection records an ``agent_protocol_error`` and
+stops the agent). Everything else reaches the SDK unchanged. Runs on the protocol loop,
+inside the pipe's ``data_received``: it never raises there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from protocol import json_codec
+from protocol.agent.types import Recorder
+
+log = logging.getLogger(__name__)
+
+
+class RawTap:
+    def __init__(
+        self, recorder: Recorder, max_frame_bytes: int, on_bad_frame: Callable[[str], None]
+    ) -> None:
+        self._recorder = recorder
+        self._max_frame_bytes = max_frame_bytes
+        self._on_bad_frame = on_bad_frame
+        # While a session/load replays the agent's history: its updates are not recorded
+        # (the store has them already).
+        self.replaying = False
+        self._pending = bytearray()  # the partial line
+        # session/update frames of the read being tapped, handed over at its end
+        self._read_updates: list[tuple[str, dict[str, Any]]] = []
+        self._done = False
+
+    def hook(self, source: asyncio.StreamReader, sink: asyncio.StreamReader) -> None:
+        """Run the tap inside ``source.feed_data``: the pipe protocol hands every chunk the
+        agent wrote straight to it, and lines are split, checked and recorded right there,
+        with no pump task woken (one event-loop round trip) per chunk. ``feed_data``,
+        ``feed_eof`` and ``set_exception`` are replaced on this one reader object only;
+        nothing reads ``source`` any more (the SDK reads ``sink``), so it never buffers."""
+        original_eof, original_exception = source.feed_eof, source.set_exception
+
+        def feed_eof() -> None:
+            self._end(sink)
+            original_eof()
+
+        def set_exception(exc: Exception) -> None:
+            self._end(sink)
+            original_exception(exc)
+
+        def feed_data(data: bytes) -> None:
+            self._chunk(data, sink)
+
+        source.feed_data = feed_data  # type: ignore[method-assign,assignment]
+        source.feed_eof = feed_eof  # type: ignore[method-assign]
+        source.set_exception = set_exception  # type: ignore[method-assign]
+        # What arrived before the hook (normally nothing: the agent is still starting up).
+        early: bytearray = getattr(source, "_buffer", bytearray())
+        if early:
+            data = bytes(early)
+            early.clear()
+            self._chunk(data, sink)
+        if source.at_eof():
+            self._end(sink)
+
+    def _chunk(self, data: bytes, sink: asyncio.StreamReader) -> None:
+        if self._done:
+            return
+        try:
+            limit = self._max_frame_bytes
+            pending, start = self._pending, 0
+            while (end := data.find(b"\n", start)) != -1:
+                if pending:
+                    pending += data[start:end]
+                    line = bytes(pending)
+                    pending.clear()
+                else:
+                    line = data[start:end]
+                start = end + 1
+                if not self._take_line(line, sink):
+                    self._close(sink)
+                    return
+            pending += data[start:]
+            if len(pending) > limit:
+                self._on_bad_frame(f"agent sent a frame over {limit} bytes")
+                self._close(sink)
+            self.hand_over()
+        except Exception as exc:  # runs inside the pipe's data_received: never raise there
+            log.exception("the raw tap failed")
+            self._on_bad_frame(f"the raw tap failed: {exc}")
+            self._close(sink)
+
+    def _end(self, sink: asyncio.StreamReader) -> None:
+        """The agent's stdout ended: a last line without a newline still counts."""
+        if self._done:
+            return
+        if self._pending:
+            self._take_line(bytes(self._pending), sink)
+        self._close(sink)
+
+    def hand_over(self) -> None:
+        """The updates of the read so far to the recorder, in one call."""
+        if self._read_updates:
+            frames, self._read_updates = self._read_updates, []
+            self._recorder.updates(frames)
+
+    def _close(self, sink: asyncio.StreamReader) -> None:
+        self.hand_over()
+        self._done = True
+        self._pending.clear()
+        sink.feed_eof()
+
+    def _take_line(self, line: bytes, sink: asyncio.StreamReader) -> bool:
+        if len(line) > self._max_frame_bytes:
+            self._on_bad_frame(f"agent sent a frame over {self._max_frame_bytes} bytes")
+            return False
+        stripped = line.strip()
+        if not stripped:
+            return True
+        if not stripped.startswith(b"{"):
+            self._on_bad_frame(f"agent wrote a non-JSON line to stdout: {stripped[:120]!r}")
+            return False
+        if b'"session/update"' in stripped and self._take_update(stripped):
+            return True
+        sink.feed_data(stripped + b"\n")
+        return True
+
+    def _take_update(self, line: bytes) -> bool:
+        """Record a ``session/update`` notification; True when it was one. Such frames are
+        not handed to the SDK: the control plane's only use for them is the verbatim record,
+        and the SDK would validate each into typed models in a task of its own (the largest
+        per-frame cost of a streaming turn) only for ``session_update`` to drop it."""
+        try:
+            frame = json_codec.loads(line)
+        except ValueError:
+            return False  # the SDK logs and skips it; there is nothing verbatim worth keeping
+        if not (
+            isinstance(frame, dict)
+            and frame.get("method") == "session/update"
+            and "id" not in frame
+        ):
+            return False
+        if not self.replaying:
+            self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
+        return True
