@@ -26,16 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pykka
-from tenacity import (
-    Retrying,
-    retry_if_exception_type,
-    stop_when_event_set,
-    wait_exponential,
-)
 
 from actors.live_agents import LiveAgents
-from actors.session.launch import launch_for
-from actors.session.leftovers import kill_leftovers
+from actors.session.agent_start import start_agent
+from actors.session.durable import write_until_taken
 from actors.session.messages import (
     AgentGone,
     CancelTurn,
@@ -49,7 +43,6 @@ from actors.session.recorder import StoreRecorder
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.agent.connection import AgentConnection
-from protocol.agent.permissions import PermissionBroker
 from protocol.agent.types import TurnResult
 from protocol.loop import ProtocolLoop
 from state_machines import (
@@ -69,9 +62,6 @@ from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# The parts of a session/new, load or resume answer that describe what the agent offers.
-SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
 
 
 @dataclass(frozen=True)
@@ -252,39 +242,9 @@ class SessionActor(pykka.ThreadingActor):
             return True
         self._stop_agent(kill=True)
         session = self.store.get_session(self.session_id)
-        leftovers = kill_leftovers(self.session_id, session.agent_process)
-        settings = self.deps.settings
-        launch = launch_for(session, settings)
-        prestarted = None
-        if settings.prestarted is not None:
-            prestarted = settings.prestarted.take(launch.command, launch.cwd, launch.env)
-        conn = AgentConnection(
-            launch,
-            self.recorder,
-            PermissionBroker(settings.permission_policy, settings.ask),
-            on_exit=self._on_agent_exit,
-            fs_forward=settings.fs_forward,
-            prestarted=prestarted,
-        )
-        loop = self.deps.loop
-        mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)
-        mcp_servers += settings.client_mcp.for_launch(
-            session.id, session.metadata.get("mcpServers", [])
-        )
         try:
-            with self.deps.starts:  # the start timeout counts from here, not from the queue
-                init = loop.call(conn.start(), settings.agent_start_timeout_s)
-                if session.acp_session_id:
-                    opened = loop.call(
-                        conn.restore_session(session.acp_session_id, mcp_servers),
-                        settings.agent_start_timeout_s,
-                    )
-                else:
-                    opened = loop.call(
-                        conn.new_session(mcp_servers), settings.agent_start_timeout_s
-                    )
+            started = start_agent(session, self.deps, self.recorder, self._on_agent_exit)
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
-            self._discard(conn)
             if self.deps.stopping.is_set():
                 # Cut short by the shutdown, not the agent's fault: not counted against the
                 # command; the next run starts the agent again.
@@ -296,35 +256,18 @@ class SessionActor(pykka.ThreadingActor):
                 lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error, agent_error)
             )
             return False
-        self.conn = conn
-        self.context_kept = opened.how in ("resumed", "loaded")
-        info = init.agent_info
-        details = {
-            "pid": conn.pid,
-            "acpSessionId": opened.acp_session_id,
-            "agentInfo": None
-            if info is None
-            else info.model_dump(by_alias=True, exclude_none=True),
-        }
-        if leftovers:
-            details["leftoversKilled"] = leftovers
-        # What the agent offers this session (modes, models, config options), for clients
-        # such as serve's session/new and session/load.
-        setup = {k: v for k, v in opened.response.items() if k in SESSION_SETUP_KEYS}
-        if setup:
-            details["sessionSetup"] = setup
-        tree = conn.process_tree
-        capabilities = (session.agent.command, init.model_dump(by_alias=True, exclude_none=True))
+        self.conn = started.conn
+        self.context_kept = started.how in ("resumed", "loaded")
         self._write(
             lambda ctx: turns.agent_started(
                 ctx,
                 self.session_id,
                 self.epoch,
-                opened.acp_session_id,
-                opened.how,
-                details,
-                tree,
-                capabilities,
+                started.acp_session_id,
+                started.how,
+                started.details,
+                started.process_tree,
+                started.capabilities,
             )
         )
         return True
@@ -536,34 +479,8 @@ class SessionActor(pykka.ThreadingActor):
     # -- helpers -------------------------------------------------------------------------
 
     def _write(self, fn: Callable[[WriteContext], T]) -> T:
-        """A lifecycle write that must land (a turn's claim or end, an agent start or exit):
-        retried while the store refuses writes for now (its lock held elsewhere, the disk
-        full), so no session is left ``running`` with no turn or a command claimed by
-        nobody; the process shutting down ends the retries (recovery then finishes the
-        work at the next open). Other errors are raised at once."""
-        try:
-            return self.store.write(fn)  # the common case pays nothing for the retrying
-        except StoreUnavailable as exc:
-            self._log_refused(exc)
-        retrying = Retrying(
-            retry=retry_if_exception_type(StoreUnavailable),
-            wait=wait_exponential(multiplier=0.05, max=2.0),
-            stop=stop_when_event_set(self.deps.stopping),
-            sleep=self._pause,
-            reraise=True,
-        )
-        result: T = retrying(self.store.write, fn)
-        return result
-
-    def _pause(self, seconds: float) -> None:
-        self.deps.stopping.wait(seconds)  # a shutdown ends the pause (and the retries)
-
-    def _log_refused(self, exc: StoreUnavailable) -> None:
-        log.warning(
-            "session %s: the store refused a write (%s); retrying until it takes it",
-            self.session_id,
-            exc,
-        )
+        """A lifecycle write that must land (see ``write_until_taken``)."""
+        return write_until_taken(self.store, fn, self.deps.stopping, self.session_id)
 
     def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
         try:
@@ -581,6 +498,3 @@ class SessionActor(pykka.ThreadingActor):
             self.recorder.flush_future().result(30)
         except Exception as exc:  # a failed write was logged by the recorder already
             log.info("session %s: flushing agent output: %s", self.session_id, exc)
-
-    def _discard(self, conn: AgentConnection) -> None:
-        self._call_quietly(conn.kill(), 30)
