@@ -15,16 +15,27 @@ or the end of the recorded events get a synthesized error result.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import json
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from protocol.atomic_file import write_text_atomically
+from protocol.transcript.content import (
+    JsonObject,
+    agent_text,
+    epoch_ms,
+    iso_timestamp,
+    map_usage,
+    mapping,
+    plain,
+    prompt_content,
+    string,
+    tool_result_content,
+    zero_usage,
+)
 from protocol.transcript.reader import dump_lines
 
 __all__ = [
@@ -57,15 +68,6 @@ _STOP_REASON_ERRORS = {
 }
 _FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
 # ACP usage field -> transcript usage field.
-_USAGE_FIELDS = {
-    "inputTokens": "input",
-    "outputTokens": "output",
-    "cachedReadTokens": "cacheRead",
-    "cachedWriteTokens": "cacheWrite",
-}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-JsonObject = dict[str, Any]
 
 
 class EventLike(Protocol):
@@ -112,155 +114,6 @@ def entry_id(seed: str, taken: Collection[str]) -> str:
     return candidate
 
 
-def _as_utc(moment: datetime) -> datetime:
-    # Naive datetimes are taken as UTC: the store writes UTC, some drivers drop the tzinfo.
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def _iso_timestamp(moment: datetime) -> str:
-    utc = _as_utc(moment)
-    return f"{utc:%Y-%m-%dT%H:%M:%S}.{utc.microsecond // 1000:03d}Z"
-
-
-def _epoch_ms(moment: datetime) -> int:
-    # Integer arithmetic: float timestamps can round 999 ms down to 998.
-    return (_as_utc(moment) - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _plain(value: Any) -> Any:
-    """Deep-copy a payload value into plain JSON containers (dict/list)."""
-    if isinstance(value, Mapping):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _string(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _compact_json(value: Any) -> str:
-    return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False)
-
-
-def _zero_usage() -> JsonObject:
-    return {
-        "input": 0,
-        "output": 0,
-        "cacheRead": 0,
-        "cacheWrite": 0,
-        "totalTokens": 0,
-        "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
-    }
-
-
-def _count(value: Any) -> int | float:
-    is_number = isinstance(value, int | float) and not isinstance(value, bool)
-    return value if is_number else 0
-
-
-def _map_usage(acp_usage: Any) -> JsonObject:
-    """ACP PromptResponse usage -> transcript usage; unknown counts are 0, cost is never known."""
-    usage = _zero_usage()
-    source = _mapping(acp_usage)
-    for acp_name, name in _USAGE_FIELDS.items():
-        usage[name] = _count(source.get(acp_name))
-    total = source.get("totalTokens")
-    if isinstance(total, int | float) and not isinstance(total, bool):
-        usage["totalTokens"] = total
-    else:
-        # pi defines totalTokens as this sum, so it is the right stand-in when ACP omits it.
-        usage["totalTokens"] = sum(usage[name] for name in _USAGE_FIELDS.values())
-    return usage
-
-
-# --------------------------------------------------------------------------- content blocks
-
-
-def _placeholder(block: Mapping[str, Any]) -> str:
-    """Text standing in for content the transcript cannot carry (audio, binary, unknown)."""
-    kind = block.get("type")
-    if kind in ("audio", "image"):
-        return f"[{kind}: {block.get('mimeType') or 'unknown type'}]"
-    if kind == "resource":
-        uri = _mapping(block.get("resource")).get("uri")
-        return f"[binary resource: {uri}]"
-    return f"[unsupported content: {kind}]"
-
-
-def _block_text(block: Mapping[str, Any]) -> str | None:
-    """The text an ACP ContentBlock carries, or None when it is not textual."""
-    kind = block.get("type")
-    if kind == "text":
-        return _string(block.get("text"))
-    if kind == "resource":
-        return _string(_mapping(block.get("resource")).get("text"))
-    if kind == "resource_link":
-        return _string(block.get("uri"))
-    return None
-
-
-def _user_block(block: Mapping[str, Any]) -> JsonObject:
-    """ACP ContentBlock -> transcript text/image block (the only kinds user content allows)."""
-    data, mime_type = block.get("data"), block.get("mimeType")
-    if block.get("type") == "image" and isinstance(data, str) and isinstance(mime_type, str):
-        return {"type": "image", "data": data, "mimeType": mime_type}
-    text = _block_text(block)
-    return {"type": "text", "text": text if text is not None else _placeholder(block)}
-
-
-def _prompt_content(blocks: Any) -> str | list[JsonObject]:
-    """A prompt is a plain string when it is all text, as pi writes typed-in prompts."""
-    items = [_mapping(block) for block in blocks] if isinstance(blocks, list) else []
-    if all(item.get("type") == "text" for item in items):
-        return "\n\n".join(_string(item.get("text")) or "" for item in items)
-    return [_user_block(item) for item in items]
-
-
-def _agent_text(block: Mapping[str, Any]) -> str:
-    # Assistant messages hold only text/thinking/toolCall blocks, so anything else is rendered.
-    text = _block_text(block)
-    return text if text is not None else _placeholder(block)
-
-
-def _diff_text(item: Mapping[str, Any]) -> str:
-    path = _string(item.get("path")) or "file"
-    old = (_string(item.get("oldText")) or "").splitlines()
-    new = (_string(item.get("newText")) or "").splitlines()
-    lines = difflib.unified_diff(old, new, fromfile=path, tofile=path, lineterm="")
-    return "\n".join(lines)
-
-
-def _tool_result_block(item: Mapping[str, Any]) -> JsonObject:
-    """ACP ToolCallContent -> transcript text/image block."""
-    kind = item.get("type")
-    if kind == "content":
-        return _user_block(_mapping(item.get("content")))
-    if kind == "diff":
-        return {"type": "text", "text": _diff_text(item)}
-    if kind == "terminal":
-        # The terminal's output lives in the agent process, not in the event.
-        return {"type": "text", "text": f"[terminal {item.get('terminalId')}]"}
-    return {"type": "text", "text": f"[unsupported tool content: {kind}]"}
-
-
-def _tool_result_content(content: list[Any], raw_output: Any) -> list[JsonObject]:
-    blocks = [_tool_result_block(_mapping(item)) for item in content]
-    if blocks or raw_output is None:
-        return blocks
-    # Some agents report output only as rawOutput; the model should still see it.
-    text = raw_output if isinstance(raw_output, str) else _compact_json(raw_output)
-    return [{"type": "text", "text": text}]
-
-
-# --------------------------------------------------------------------------- turn state
-
-
 @dataclass
 class _ToolCall:
     """A tool call of the open turn; ``block`` is its toolCall block in an assistant message."""
@@ -280,8 +133,8 @@ class _ToolCall:
 
     def apply(self, update: Mapping[str, Any]) -> None:
         """Fold a tool_call / tool_call_update into this call (ACP updates replace fields)."""
-        self.title = _string(update.get("title")) or self.title
-        self.kind = _string(update.get("kind")) or self.kind
+        self.title = string(update.get("title")) or self.title
+        self.kind = string(update.get("kind")) or self.kind
         if isinstance(update.get("content"), list):
             self.content = list(update["content"])
         if "rawOutput" in update:
@@ -292,7 +145,7 @@ class _ToolCall:
             if "rawInput" in update:
                 raw_input = update["rawInput"]
                 is_object = isinstance(raw_input, Mapping)
-                self.block["arguments"] = _plain(raw_input) if is_object else {}
+                self.block["arguments"] = plain(raw_input) if is_object else {}
 
 
 @dataclass
@@ -320,7 +173,7 @@ class _Close:
 
     stop_reason: str
     tool_reason: str
-    usage: JsonObject = field(default_factory=_zero_usage)
+    usage: JsonObject = field(default_factory=zero_usage)
     error_message: str | None = None
 
 
@@ -357,7 +210,7 @@ class _TranscriptBuilder:
         self._seed_prefix = f"{self._session.id}:{event.seq}"
         self._index = 0
         self._moment = event.created_at
-        payload = _mapping(event.payload)
+        payload = mapping(event.payload)
         handler = self._handlers.get(event.kind)
         if handler is None:
             self._emit_lifecycle(event.kind, payload)
@@ -384,7 +237,7 @@ class _TranscriptBuilder:
             "type": "session",
             "version": TRANSCRIPT_VERSION,
             "id": self._session.id,
-            "timestamp": _iso_timestamp(self._session.created_at),
+            "timestamp": iso_timestamp(self._session.created_at),
             "cwd": self._session.cwd,
         }
         if self._session.parent_session is not None:
@@ -400,13 +253,13 @@ class _TranscriptBuilder:
             "type": entry_type,
             "id": new_id,
             "parentId": parent,
-            "timestamp": _iso_timestamp(self._moment),
+            "timestamp": iso_timestamp(self._moment),
         }
         entry.update(fields)
         self._entries.append(entry)
 
     def _emit_message(self, message: JsonObject) -> None:
-        message["timestamp"] = _epoch_ms(self._moment)
+        message["timestamp"] = epoch_ms(self._moment)
         self._emit("message", {"message": message})
 
     def _emit_custom(self, custom_type: str, data: Any) -> None:
@@ -415,7 +268,7 @@ class _TranscriptBuilder:
     def _emit_lifecycle(self, kind: str, payload: Mapping[str, Any]) -> None:
         data = {"event": kind}
         # "event" names the kind even if a payload happens to carry a key of that name.
-        data.update({key: _plain(value) for key, value in payload.items() if key != "event"})
+        data.update({key: plain(value) for key, value in payload.items() if key != "event"})
         self._emit_custom(CONTROL_PLANE_CUSTOM_TYPE, data)
 
     def _emit_assistant(
@@ -486,23 +339,23 @@ class _TranscriptBuilder:
                 )
             )
         self._turn = _Turn(implicit=False)
-        content = _prompt_content(payload.get("content"))
+        content = prompt_content(payload.get("content"))
         self._emit_message({"role": "user", "content": content})
 
     def _on_turn_ended(self, payload: Mapping[str, Any]) -> None:
-        acp_reason = _string(payload.get("stopReason")) or "end_turn"
+        acp_reason = string(payload.get("stopReason")) or "end_turn"
         stop_reason = _STOP_REASONS.get(acp_reason, "stop")
         self._close_turn(
             _Close(
                 stop_reason=stop_reason,
-                usage=_map_usage(payload.get("usage")),
+                usage=map_usage(payload.get("usage")),
                 error_message=_STOP_REASON_ERRORS.get(acp_reason),
                 tool_reason=f"the turn ended ({acp_reason}) before the tool call finished",
             )
         )
 
     def _on_turn_failed(self, payload: Mapping[str, Any]) -> None:
-        error = _string(payload.get("error")) or "the turn failed"
+        error = string(payload.get("error")) or "the turn failed"
         self._close_turn(
             _Close(
                 stop_reason="error",
@@ -512,7 +365,7 @@ class _TranscriptBuilder:
         )
 
     def _on_interrupted(self, payload: Mapping[str, Any]) -> None:
-        reason = _string(payload.get("reason")) or "interrupted"
+        reason = string(payload.get("reason")) or "interrupted"
         self._close_turn(
             _Close(
                 stop_reason="aborted",
@@ -525,14 +378,14 @@ class _TranscriptBuilder:
     def _on_announce(self, payload: Mapping[str, Any]) -> None:
         child = payload.get("childSessionId")
         summary = f"[subagent {child} done] status={payload.get('status')}"
-        text = _string(payload.get("text"))
+        text = string(payload.get("text"))
         self._emit(
             "custom_message",
             {
                 "customType": SUBAGENT_CUSTOM_TYPE,
                 "content": f"{summary}\n{text}" if text else summary,
                 "display": True,
-                "details": _plain(payload),
+                "details": plain(payload),
             },
         )
 
@@ -541,36 +394,36 @@ class _TranscriptBuilder:
     def _on_session_update(self, payload: Mapping[str, Any]) -> None:
         # The log keeps the whole JSON-RPC frame verbatim; the update is in its params.
         if payload.get("method") == "session/update":
-            payload = _mapping(payload.get("params"))
+            payload = mapping(payload.get("params"))
         update = payload.get("update")
-        kind = _mapping(update).get("sessionUpdate")
+        kind = mapping(update).get("sessionUpdate")
         if not isinstance(update, Mapping) or not isinstance(kind, str):
             self._emit_lifecycle("session_update", payload)  # malformed: keep it, don't guess
             return
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
             block_type = "text" if kind == "agent_message_chunk" else "thinking"
-            text = _agent_text(_mapping(update.get("content")))
+            text = agent_text(mapping(update.get("content")))
             self._ensure_turn().append_text(block_type, text)
         elif kind in ("tool_call", "tool_call_update"):
             self._on_tool_update(update, announced=kind == "tool_call")
         elif kind == "session_info_update" and "title" in update:
             self._emit("session_info", self._session_info_fields(update))
         else:
-            self._emit_custom(kind, _plain(update))
+            self._emit_custom(kind, plain(update))
             if kind == "config_option_update":
                 self._track_model(update)
 
     @staticmethod
     def _session_info_fields(update: Mapping[str, Any]) -> JsonObject:
         # A null title clears the name; a session_info entry without "name" does that in v3.
-        title = _string(update.get("title"))
+        title = string(update.get("title"))
         return {"name": title} if title is not None else {}
 
     def _track_model(self, update: Mapping[str, Any]) -> None:
         options = update.get("configOptions")
         for option in options if isinstance(options, list) else []:
-            option = _mapping(option)
-            value = _string(option.get("currentValue"))
+            option = mapping(option)
+            value = string(option.get("currentValue"))
             if option.get("category") != "model" or not value or value == self._model_id:
                 continue
             self._model_id = value
@@ -589,7 +442,7 @@ class _TranscriptBuilder:
     def _tool_for(self, update: Mapping[str, Any], announced: bool) -> _ToolCall | None:
         """The open tool call an update applies to, creating it if needed; None to ignore."""
         turn = self._ensure_turn()
-        call_id = _string(update.get("toolCallId")) or f"call-{self._seed_prefix}"
+        call_id = string(update.get("toolCallId")) or f"call-{self._seed_prefix}"
         existing = turn.tools.get(call_id)
         if existing is not None:
             return None if existing.final else existing
@@ -612,8 +465,8 @@ class _TranscriptBuilder:
             return
         if self._ensure_turn().blocks:
             # The toolCall block must be in an emitted message before its result.
-            self._flush_blocks("toolUse", _zero_usage(), None)
-        content = _tool_result_content(tool.content, tool.raw_output)
+            self._flush_blocks("toolUse", zero_usage(), None)
+        content = tool_result_content(tool.content, tool.raw_output)
         self._emit_tool_result(tool, content, tool.failed)
 
 
