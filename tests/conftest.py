@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from store import AgentSpec, Store
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 # Child processes (crash drivers, agents) import the project from the checkout.
@@ -57,3 +61,22 @@ def pid_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
+
+
+def eventually(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.05,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; an
+    ``AssertionError`` naming ``what`` after ``timeout`` seconds. For conditions, never a
+    sleep that stands in for one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not reached in {timeout}s")
+        time.sleep(interval)

@@ -23,19 +23,10 @@ from pathlib import Path
 
 from control_plane import CommandState
 from store.ownership import this_owner
+from tests.conftest import eventually
 from tests.cp_harness import example_agent, open_cp
 
 DEFAULT_PROMPT = "#chunks=40 #delay=100 a"
-
-
-def _poll(predicate, timeout: float = 60.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError("owner driver: condition not reached")
 
 
 def main(argv: list[str]) -> int:
@@ -49,9 +40,9 @@ def main(argv: list[str]) -> int:
         print(f"owner {this_owner()}", flush=True)
         print(f"session {sid}", flush=True)
         print(f"command {command_id}", flush=True)
-        started = _poll(lambda: [e for e in cp.events(sid) if e.kind == "agent_started"])
+        started = eventually(lambda: [e for e in cp.events(sid) if e.kind == "agent_started"], 60)
         print(f"agent {started[0].payload['pid']}", flush=True)
-        _poll(lambda: cp.command(command_id).state is CommandState.RUNNING)
+        eventually(lambda: cp.command(command_id).state is CommandState.RUNNING, 60)
         print("running", flush=True)
         time.sleep(3600)  # serve the session until the test kills us
     return 0

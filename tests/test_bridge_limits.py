@@ -21,16 +21,8 @@ from control_plane.subagents import rules
 from control_plane.subagents.wire import call_bridge
 from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
+from tests.conftest import eventually
 from tests.cp_harness import example_agent, open_cp
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _asker(cp: Any):  # type: ignore[no-untyped-def]
@@ -55,7 +47,7 @@ def test_eight_long_waits_of_one_session_do_not_delay_another_sessions_list(
         b = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False)
         b_child = cp.spawn(agent, tmp_path, parent=b, announce=False).session.id
-        _wait_for(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
 
         answers: list[dict[str, Any]] = []
         lock = threading.Lock()
@@ -149,7 +141,7 @@ def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
-        _wait_for(lambda: cp.get(child).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(child).state is SessionState.RUNNING)
         refused = {
             "inf": 'not "inf"',
             float("inf"): "finite",  # sent as the JSON token Infinity
@@ -196,7 +188,7 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(tmp_path:
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
-        _wait_for(lambda: cp.get(child).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(child).state is SessionState.RUNNING)
         entry = bridge.mcp_servers_for(a)[0]
         env = [*entry["env"], {"name": "PYTHONPATH", "value": os.environ["PYTHONPATH"]}]
         server = SimpleNamespace(
@@ -289,7 +281,7 @@ def test_close_ends_parked_waits_and_the_bridge_threads(tmp_path: Path) -> None:
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
-        _wait_for(lambda: cp.get(child).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(child).state is SessionState.RUNNING)
         ask(a, "list_subagents", {})  # a pool thread exists
         assert any(t.name.startswith("cp-bridge") for t in threading.enumerate())
         outcome: list[BaseException | dict[str, Any]] = []
@@ -310,4 +302,4 @@ def test_close_ends_parked_waits_and_the_bridge_threads(tmp_path: Path) -> None:
     waiter.join(10)
     assert not waiter.is_alive() and len(outcome) == 1
     assert closing < 10
-    _wait_for(lambda: not any(t.name.startswith("cp-bridge") for t in threading.enumerate()), 5)
+    eventually(lambda: not any(t.name.startswith("cp-bridge") for t in threading.enumerate()), 5)

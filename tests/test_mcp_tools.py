@@ -11,16 +11,8 @@ import pytest
 
 from control_plane.subagents.wire import call_bridge
 from state_machines import SessionState
+from tests.conftest import eventually
 from tests.cp_harness import example_agent, open_cp
-
-
-def _wait_for(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce_once(
@@ -40,7 +32,7 @@ def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce
         def announces() -> list[dict]:  # type: ignore[type-arg]
             return [e.payload for e in cp.events(pid) if e.kind == "announce"]
 
-        _wait_for(lambda: len(announces()) == 3)
+        eventually(lambda: len(announces()) == 3)
         texts = sorted(a["text"] for a in announces())
         assert texts == ["Echo: alpha task", "Echo: beta task", "Echo: gamma task"]
         follow_ups = [

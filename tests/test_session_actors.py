@@ -12,21 +12,12 @@ import pytest
 from control_plane import CommandState, SessionState
 from state_machines import StaleEpoch
 from store import ops
-from tests.conftest import pid_alive
+from tests.conftest import eventually, pid_alive
 from tests.cp_harness import example_agent, invocations, open_cp
 
 
 def _messages(tmp: Path) -> list[str]:
     return [i["message"] for i in invocations(tmp)]
-
-
-def _wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path) -> None:
@@ -62,7 +53,7 @@ def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path) -> Non
         )
         sid = spawned.session.id
         assert spawned.command is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
         later = [cp.prompt(sid, f"part{i}") for i in range(3)]
         outcomes = [cp.wait(c.id, 60) for c in later]
         assert cp.wait(spawned.command.id, 60).ok
@@ -76,7 +67,7 @@ def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
         sid = spawned.session.id
         assert spawned.command is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
         later = cp.prompt(sid, "later")
         steered = cp.prompt(sid, "steered", mode="steer")
         assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
@@ -90,7 +81,7 @@ def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
         sid = spawned.session.id
         assert spawned.command is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
         queued = cp.prompt(sid, "queued")
         now = cp.prompt(sid, "now", mode="interrupt")
         assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
@@ -104,11 +95,11 @@ def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: P
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
         sid = spawned.session.id
         assert spawned.command is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
         cp.cancel(sid)
         outcome = cp.wait(spawned.command.id, 30)
         assert outcome.state is CommandState.CANCELLED and outcome.stop_reason == "cancelled"
-        _wait_for(lambda: cp.get(sid).state is SessionState.IDLE)
+        eventually(lambda: cp.get(sid).state is SessionState.IDLE)
         assert cp.wait(cp.prompt(sid, "still works").id, 30).ok
 
 
@@ -122,7 +113,7 @@ def test_turn_timeout_kills_the_agent_then_the_next_prompt_recovers(tmp_path: Pa
         outcome = cp.wait(hung.id, 30)
         assert outcome.state is CommandState.FAILED
         assert outcome.error is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.ERROR)
+        eventually(lambda: cp.get(sid).state is SessionState.ERROR)
         nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
         assert nxt.ok and "remember the kiwi" in nxt.text
         assert cp.get(sid).state is SessionState.IDLE
@@ -153,9 +144,9 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_pat
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 30).ok
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
-        _wait_for(lambda: sid not in cp.supervisor.live_sessions())
-        _wait_for(lambda: not pid_alive(pid))
-        _wait_for(lambda: cp.get(sid).owner is None)  # ownership released while passive
+        eventually(lambda: sid not in cp.supervisor.live_sessions())
+        eventually(lambda: not pid_alive(pid))
+        eventually(lambda: cp.get(sid).owner is None)  # ownership released while passive
         nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
         assert nxt.ok and "remember the plum" in nxt.text
         assert cp.supervisor.activations == 2
@@ -177,14 +168,14 @@ def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
             sid = spawned.session.id
             sids.append(sid)
             pids.append(next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started"))
-        _wait_for(lambda: sorted(cp.supervisor.live_sessions()) == sorted(sids[3:]))
+        eventually(lambda: sorted(cp.supervisor.live_sessions()) == sorted(sids[3:]))
         for pid in pids[:3]:
-            _wait_for(lambda pid=pid: not pid_alive(pid))
+            eventually(lambda pid=pid: not pid_alive(pid))
         assert all(pid_alive(pid) for pid in pids[3:])
         back = cp.wait(cp.prompt(sids[0], "#history").id, 30)
         assert back.ok and "remember fruit 0" in back.text
         # sids[0] is now the most recent: the least recent of the other two goes instead
-        _wait_for(lambda: sorted(cp.supervisor.live_sessions()) == sorted([sids[0], sids[4]]))
+        eventually(lambda: sorted(cp.supervisor.live_sessions()) == sorted([sids[0], sids[4]]))
 
 
 def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
@@ -236,7 +227,7 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
         sid = spawned.session.id
         assert spawned.command is not None
-        _wait_for(lambda: cp.get(sid).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
         # like `acpctl sessions cancel`: another opener that only writes the store
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.cancel(sid)
@@ -244,5 +235,5 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.close_session(sid)
-        _wait_for(lambda: sid not in cp.supervisor.live_sessions())
-        _wait_for(lambda: not pid_alive(pid))
+        eventually(lambda: sid not in cp.supervisor.live_sessions())
+        eventually(lambda: not pid_alive(pid))

@@ -15,16 +15,8 @@ import pytest
 from control_plane import CommandState, LimitExceeded, SessionState
 from store import Store
 from store.faults import ENV_VAR
+from tests.conftest import eventually
 from tests.cp_harness import example_agent, open_cp
-
-
-def _wait_for(predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
 
 
 def _announces(cp, parent_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -40,11 +32,11 @@ def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path:
             cp.spawn(example_agent(tmp_path), tmp_path, f"child task {i}", parent=pid, mode="run")
             for i in range(3)
         ]
-        _wait_for(lambda: len(_announces(cp, pid)) == 3)
+        eventually(lambda: len(_announces(cp, pid)) == 3)
         # every child ran once and closed (mode=run); each announce names its run, status ok
         for kid in kids:
             assert kid.session.depth == 1
-            _wait_for(lambda k=kid: cp.get(k.session.id).state is SessionState.CLOSED)
+            eventually(lambda k=kid: cp.get(k.session.id).state is SessionState.CLOSED)
         announced = _announces(cp, pid)
         assert sorted(a["childSessionId"] for a in announced) == sorted(k.session.id for k in kids)
         assert {a["status"] for a in announced} == {"ok"}
@@ -95,7 +87,7 @@ def test_cancel_and_close_cascade_to_descendants(tmp_path: Path) -> None:
         child = cp.spawn(agent, tmp_path, "#hang", parent=root, announce=False)
         grandchild = cp.spawn(agent, tmp_path, "#hang", parent=child.session.id, announce=False)
         for sid in (root, child.session.id, grandchild.session.id):
-            _wait_for(lambda s=sid: cp.get(s).state is SessionState.RUNNING)
+            eventually(lambda s=sid: cp.get(s).state is SessionState.RUNNING)
         cp.cancel(root)
         assert child.command is not None and grandchild.command is not None
         assert cp.wait(child.command.id, 30).state is CommandState.CANCELLED
@@ -113,7 +105,7 @@ def test_a_child_of_a_closed_parent_does_not_announce_but_keeps_its_result(
         root = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#chunks=3 #delay=200 slow child", parent=root)
         assert child.command is not None
-        _wait_for(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
+        eventually(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
         cp.store.close_session(root)  # the parent alone (as if by another process)
         assert cp.wait(child.command.id, 30).ok  # the child's result stays readable
         time.sleep(1.0)
@@ -162,7 +154,7 @@ def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_pa
     with Store.open(tmp_path / "cp.db") as store:
         assert 1 <= sum(1 for e in store.events(root) if e.kind == "announce") <= 3
     with open_cp(tmp_path) as cp:  # restart without the fault: the rest is delivered once
-        _wait_for(lambda: len(_announces(cp, root)) == 3, 90)
+        eventually(lambda: len(_announces(cp, root)) == 3, 90)
         time.sleep(1.5)
         announced = _announces(cp, root)
         assert len(announced) == 3

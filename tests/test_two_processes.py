@@ -25,7 +25,7 @@ import pytest
 
 from control_plane import CommandState, ControlPlane, SessionState
 from store.ownership import owner_alive, this_owner
-from tests.conftest import pid_alive
+from tests.conftest import eventually, pid_alive
 from tests.cp_harness import invocations, open_cp
 
 pytestmark = pytest.mark.timeout(120)
@@ -50,15 +50,6 @@ def _my_agents(work: Path) -> list[int]:
         if marker in cmdline and int(fields[1]) == me and fields[0] != b"Z":
             found.append(int(entry))
     return found
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"{what} not reached in {timeout}s")
 
 
 class _OwnerProcess:
@@ -193,7 +184,7 @@ def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> No
             assert seen == [(prompt, owned.agent_pid), (FOLLOW_UP, owned.agent_pid)]
     finally:
         owned.a.kill()
-    _wait_for(lambda: not pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
+    eventually(lambda: not pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
 
 
 def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) -> None:
@@ -216,7 +207,7 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             # A dies mid-turn; B takes over.
             killed_at = time.time()
             owned.a.kill()
-            _wait_for(lambda: not pid_alive(a_agent), 10, "A's agent gone (pdeathsig)")
+            eventually(lambda: not pid_alive(a_agent), 10, "A's agent gone (pdeathsig)")
 
             assert b.wait(first_id, 60).state is CommandState.COMPLETED
             assert b.wait(follow_up.id, 60).state is CommandState.COMPLETED
@@ -245,7 +236,7 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             # B's agent reran it, then the follow-up. A never ran the follow-up.
             seen = [(i["message"], i["pid"]) for i in invocations(tmp_path)]
             assert seen == [(prompt, a_agent), (prompt, b_agent), (FOLLOW_UP, b_agent)]
-        _wait_for(lambda: not pid_alive(b_agent), 10, "B's agent stopped by B's close")
+        eventually(lambda: not pid_alive(b_agent), 10, "B's agent stopped by B's close")
     finally:
         owned.a.kill()
 
@@ -263,7 +254,7 @@ def test_a_prompt_cut_short_is_not_sent_again_to_an_agent_that_resumed_with_it(
         with open_cp(tmp_path) as b:
             follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
             owned.a.kill()
-            _wait_for(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")
+            eventually(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")
             first = b.wait(first_id, 60)
             assert first.state is CommandState.INTERRUPTED
             assert "not sent again" in (first.error or "")
