@@ -25,9 +25,9 @@ from control_plane.content import PromptInput, prompt_blocks
 from control_plane.export import export_session
 from control_plane.outcome import Outcome
 from control_plane.subagents.server import SubagentBridge
-from control_plane.waiting import FINAL, Waiters
+from control_plane.waiting import Waiters
 from protocol.loop import ProtocolLoop
-from state_machines import TURN_STATES, QueueMode, SessionState
+from state_machines import COMMAND_MACHINE, TURN_STATES, QueueMode, SessionState
 from store import (
     AgentSpec,
     BindingRecord,
@@ -344,7 +344,7 @@ class ControlPlane:
     def result(self, command_id: str) -> Outcome | None:
         """The command's outcome, or None while it is queued or running."""
         command = self.store.get_command(command_id)
-        return Outcome.of(command) if command.state in FINAL else None
+        return Outcome.of(command) if command.state in COMMAND_MACHINE.final else None
 
     def list_sessions(
         self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None

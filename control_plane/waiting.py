@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from state_machines import COMMAND_MACHINE
 from store import CommandRecord, EventRecord, Store
 
-FINAL = COMMAND_MACHINE.final
 FALLBACK_S = 0.5
 
 
@@ -49,7 +48,7 @@ class Waiters:
         seen = self._generation
         while True:
             command = self._store.get_command(command_id)
-            if command.state in FINAL:
+            if command.state in COMMAND_MACHINE.final:
                 return command
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(

@@ -237,3 +237,19 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
             other.close_session(sid)
         eventually(lambda: sid not in cp.supervisor.live_sessions())
         eventually(lambda: not pid_alive(pid))
+
+
+@pytest.mark.timeout(60)
+def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi")
+        assert spawned.command is not None
+        assert cp.wait(spawned.command.id, 30).ok
+        ref = cp.supervisor._actors[spawned.session.id]
+        with caplog.at_level("ERROR"):
+            ref.ask("not a message", timeout=10)
+        assert "unknown message" in caplog.text
+        assert ref.is_alive()  # and the actor serves on
+        assert cp.wait(cp.prompt(spawned.session.id, "again").id, 30).ok

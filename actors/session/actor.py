@@ -17,6 +17,7 @@ session over: the actor kills its agent and stops.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -171,22 +172,25 @@ class SessionActor(pykka.ThreadingActor):
     def _dispatch(self, message: Any) -> Any:
         if self.epoch < 0:
             return None  # not the owner (another live process is): stopping, touch nothing
-        if isinstance(message, Tick):
-            # A tick is not activity: it must not delay passivation.
-            self._tick(message.now, message.over_cap)
-            return None
-        self.last_active = time.monotonic()
-        if isinstance(message, Wake | SlotGranted):
-            self._work()
-        elif isinstance(message, TurnDone):
-            self._turn_done(message)
-        elif isinstance(message, CancelTurn):
-            self._cancel_turn()
-        elif isinstance(message, CloseSession):
-            return self._close(message.reason)
-        elif isinstance(message, AgentGone):
-            self._agent_gone(message.exit_code)
-        return None
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            raise TypeError(f"session actor got an unknown message: {message!r}")
+        if not isinstance(message, Tick):  # a tick is not activity: it must not delay passivation
+            self.last_active = time.monotonic()
+        return handler(message)
+
+    @functools.cached_property
+    def _handlers(self) -> dict[type, Callable[[Any], Any]]:
+        """One handler per message type (``actors/session/messages.py``)."""
+        return {
+            Tick: lambda m: self._tick(m.now, m.over_cap),
+            Wake: lambda _: self._work(),
+            SlotGranted: lambda _: self._work(),
+            TurnDone: self._turn_done,
+            CancelTurn: lambda _: self._cancel_turn(),
+            CloseSession: lambda m: self._close(m.reason),
+            AgentGone: lambda m: self._agent_gone(m.exit_code),
+        }
 
     # -- work ----------------------------------------------------------------------------
 

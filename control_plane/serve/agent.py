@@ -43,10 +43,9 @@ from control_plane.serve.backend import BackendProbe
 from control_plane.serve.client_io import idempotency_key, plain_list, send_queued, write_updates
 from control_plane.serve.feed import TurnFeed
 from control_plane.serve.watch import SessionWatches, SetupEvent
-from control_plane.waiting import FINAL
 from protocol.face.replay import conversation_updates, current_setup, update_of
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
-from state_machines import CommandState, ControlPlaneError, SessionNotFound
+from state_machines import COMMAND_MACHINE, CommandState, ControlPlaneError, SessionNotFound
 from store import (
     AgentSpec,
     CommandRecord,
@@ -290,7 +289,7 @@ class ServeAgent:
             # A repeated request (same idempotency key) for a command that already ran or
             # is running: what it committed before we watched is in the log.
             last = await self._forward_stored(session_id, command_id, last)
-            if command.state in FINAL:
+            if command.state in COMMAND_MACHINE.final:
                 return Outcome.of(command)
         while True:
             shares = await feed.next(FEED_CHECK_S)
@@ -298,7 +297,7 @@ class ServeAgent:
                 # Nothing committed for a while: a long turn, or a turn that ended without
                 # this watcher being told (it cannot, but a hung prompt would be worse).
                 current = await asyncio.to_thread(self.cp.command, command_id)
-                if current.state not in FINAL:
+                if current.state not in COMMAND_MACHINE.final:
                     continue
                 await self._forward_stored(session_id, command_id, last)
                 return Outcome.of(current)
