@@ -7,7 +7,7 @@ One prompt turn ``#chunks=100`` of the bundled example agent: a thought chunk pl
 
 *Runtime*: ``AgentConnection`` on a ``ProtocolLoop`` with a ``StoreRecorder`` that writes
 every ``session/update`` frame to a real SQLite store (``synchronous=FULL``), wired as in
-``tests/agent_harness.py``. ``AgentConnection.prompt`` returns only once the turn's updates
+``tests/support/agent_harness.py``. ``AgentConnection.prompt`` returns only once the turn's updates
 are durable, so a timed turn includes the store writes.
 
 *Baseline*: the SDK's plain client: ``acp.spawn_agent_process`` with a client whose

@@ -80,3 +80,11 @@ def eventually(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} not reached in {timeout}s")
         time.sleep(interval)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/crash/ carries the ``crash`` marker: the crash and fault loops
+    (a third of the suite's time) run in .ci/run on their own (``pytest -m crash``)."""
+    for item in items:
+        if "crash" in item.path.parent.name:
+            item.add_marker(pytest.mark.crash)

@@ -6,7 +6,7 @@ input error, ``--db`` / ``ACPCTL_DB`` pick the store.
 
 Start-up: importing this module must stay cheap (``--help`` and usage errors run nothing
 else), so the SDK, the store and the runtime are imported inside the commands that use them
-and option types stay light; ``tests/test_cli.py`` pins which modules must not load.
+and option types stay light; ``tests/integration/test_cli.py`` pins which modules must not load.
 """
 
 from __future__ import annotations

@@ -1,0 +1,52 @@
+"""Process A of the two-process test: owns a session and runs a long turn until killed.
+
+    python -m tests.support.owner_driver WORKDIR [PROMPT]
+
+Opens ``tests.support.cp_harness.open_cp(WORKDIR)`` (store ``WORKDIR/cp.db``), spawns one session
+running the example agent with PROMPT (default ``#chunks=40 #delay=100 a``, about 4 s), and
+prints, one per line, as each becomes known::
+
+    owner <this process's owner id>
+    session <session id>
+    command <the first prompt's command id>
+    agent <the agent's pid>
+    running
+
+then keeps running (serving the session) until it is killed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from control_plane import CommandState
+from store.ownership import this_owner
+from tests.conftest import eventually
+from tests.support.cp_harness import example_agent, open_cp
+
+DEFAULT_PROMPT = "#chunks=40 #delay=100 a"
+
+
+def main(argv: list[str]) -> int:
+    work = Path(argv[0]).resolve()
+    prompt = argv[1] if len(argv) > 1 else DEFAULT_PROMPT
+    flags = argv[2:]  # the example agent's, e.g. --no-resume
+    with open_cp(work) as cp:
+        spawned = cp.spawn(example_agent(work, *flags), work, prompt, idempotency_key="owned-by-a")
+        assert spawned.command is not None
+        sid, command_id = spawned.session.id, spawned.command.id
+        print(f"owner {this_owner()}", flush=True)
+        print(f"session {sid}", flush=True)
+        print(f"command {command_id}", flush=True)
+        started = eventually(lambda: [e for e in cp.events(sid) if e.kind == "agent_started"], 60)
+        print(f"agent {started[0].payload['pid']}", flush=True)
+        eventually(lambda: cp.command(command_id).state is CommandState.RUNNING, 60)
+        print("running", flush=True)
+        time.sleep(3600)  # serve the session until the test kills us
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
