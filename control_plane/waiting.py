@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 from state_machines import COMMAND_MACHINE
+from state_machines.event_kinds import EventKind
 from store import CommandRecord, EventRecord, Store
 
 FALLBACK_S = 0.5
@@ -69,7 +70,7 @@ class Waiters:
             for event in batch:
                 last = event.seq
                 yield event
-                if event.kind == "closed":
+                if event.kind == EventKind.CLOSED:
                     return
             if batch:
                 idle_since = time.monotonic()

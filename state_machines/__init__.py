@@ -19,6 +19,7 @@ from state_machines.errors import (
     StoreError,
     StoreUnavailable,
 )
+from state_machines.event_kinds import EventKind
 from state_machines.queue_modes import QueueMode
 from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, SessionState
 from state_machines.table import TransitionTable
@@ -35,6 +36,7 @@ __all__ = [
     "CommandNotFound",
     "CommandState",
     "ControlPlaneError",
+    "EventKind",
     "IdempotencyConflict",
     "IllegalTransition",
     "LimitExceeded",

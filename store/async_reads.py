@@ -16,6 +16,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from state_machines import SessionNotFound, SessionState
+from state_machines.event_kinds import EventKind
 from store import queries
 from store.driver_errors import damage_as_store_error
 from store.engine import async_url
@@ -80,7 +81,7 @@ class AsyncReader:
             for ev in batch:
                 last = ev.seq
                 yield ev
-                if stop_after_close and ev.kind == "closed":
+                if stop_after_close and ev.kind == EventKind.CLOSED:
                     return
             if batch:
                 continue

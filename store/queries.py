@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Select, func, select
 
 from state_machines import CommandState, SessionNotFound, SessionState
 from state_machines.errors import CommandNotFound
+from state_machines.event_kinds import EventKind
 from store.ownership import owner_alive
 from store.records import BindingRecord, CommandRecord, EventRecord, SessionRecord
 from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
@@ -237,11 +238,13 @@ def orphaned_sessions(conn: Connection, me: str, include_mine: bool) -> set[str]
 
 def interrupted_counts(conn: Connection) -> dict[str, int]:
     """How many runs were interrupted so far, retried and failed after their budget."""
-    rows = conn.execute(select(events.c.payload).where(events.c.kind == "interrupted")).scalars()
+    rows = conn.execute(
+        select(events.c.payload).where(events.c.kind == EventKind.INTERRUPTED)
+    ).scalars()
     retried = sum(1 for raw in rows if json.loads(raw).get("willRetry"))
     total = int(
         conn.execute(
-            select(func.count()).select_from(events).where(events.c.kind == "interrupted")
+            select(func.count()).select_from(events).where(events.c.kind == EventKind.INTERRUPTED)
         ).scalar_one()
     )
     return {"total": total, "retried": retried, "failed": total - retried}
@@ -288,7 +291,7 @@ def announced(conn: Connection, parent_id: str, command_id: str) -> bool:
         .select_from(events)
         .where(
             events.c.session_id == parent_id,
-            events.c.kind == "announce",
+            events.c.kind == EventKind.ANNOUNCE,
             func.json_extract(events.c.payload, "$.commandId") == command_id,
         )
     ).scalar_one()

@@ -17,12 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from state_machines.event_kinds import EventKind
 from store import EventRecord, Store
 from store.faults import fault_point
 from store.ops.announce import announce_finished_runs
 
 TRIGGERS = frozenset(
-    {"turn_ended", "turn_failed", "interrupted", "turn_interrupted", "agent_start_failed", "closed"}
+    {
+        EventKind.TURN_ENDED,
+        EventKind.TURN_FAILED,
+        EventKind.INTERRUPTED,
+        EventKind.TURN_INTERRUPTED,
+        EventKind.AGENT_START_FAILED,
+        EventKind.CLOSED,
+    }
 )
 
 

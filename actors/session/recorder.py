@@ -35,6 +35,7 @@ from typing import Any
 
 from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
+from state_machines.event_kinds import EventKind
 from store import NewEvent, Store, WriteContext, ops
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class StoreRecorder:
         if self.command_id is not None:
             for _, message in frames:
                 self._text.add(message)
-        self._hand_over([("session_update", frame, message) for frame, message in frames])
+        self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         # Lifecycle events (agent exited, protocol error, context lost) are rare and the

@@ -46,6 +46,7 @@ from control_plane.serve.watch import SessionWatches, SetupEvent
 from protocol.face.replay import conversation_updates, current_setup, update_of
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
 from state_machines import COMMAND_MACHINE, CommandState, ControlPlaneError, SessionNotFound
+from state_machines.event_kinds import EventKind
 from store import (
     AgentSpec,
     CommandRecord,
@@ -187,7 +188,7 @@ class ServeAgent:
             # Taken by this session's launch, or it does not fit (another cwd): an agent
             # process must not idle for the rest of serve's life.
             await asyncio.to_thread(prestarted.close)
-        if event.kind == "agent_start_failed":
+        if event.kind == EventKind.AGENT_START_FAILED:
             raise agent_refused(event.payload)
         setup = event.payload.get("sessionSetup")
         return dict(setup) if isinstance(setup, dict) else {}

@@ -16,10 +16,11 @@ from typing import Any
 
 from control_plane.api import ControlPlane
 from protocol.face.replay import update_of
+from state_machines.event_kinds import EventKind
 from store import CommittedEvent, EventRecord, SessionCommit, queries
 
 # The outcome of an agent start: ready (with what it offers) or refused.
-SETUP_KINDS = ("agent_started", "agent_start_failed")
+SETUP_KINDS = (EventKind.AGENT_STARTED, EventKind.AGENT_START_FAILED)
 
 Send = Callable[[str, list[dict[str, Any]]], Coroutine[Any, Any, None]]
 SetupEvent = EventRecord | CommittedEvent
@@ -87,7 +88,8 @@ class SessionWatches:
         wanted = [
             e
             for e in share.events
-            if e.kind in SETUP_KINDS or (e.command_id is None and e.kind == "session_update")
+            if e.kind in SETUP_KINDS
+            or (e.command_id is None and e.kind == EventKind.SESSION_UPDATE)
         ]
         if wanted:
             self._loop.call_soon_threadsafe(self._take, session_id, wanted)

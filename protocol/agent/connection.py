@@ -62,6 +62,7 @@ from protocol.agent.types import (
     TurnResult,
 )
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
+from state_machines.event_kinds import EventKind
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class AgentConnection:
         self._tap.hand_over()  # what came before the failure is recorded before it
         if self._failure is None:
             self._failure = AgentProtocolError(message)
-            self._recorder.event("agent_protocol_error", {"error": message})
+            self._recorder.event(EventKind.AGENT_PROTOCOL_ERROR, {"error": message})
         if self._process is not None and self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self._process.terminate()  # the reaper kills the tree (see kill())
@@ -247,7 +248,7 @@ class AgentConnection:
         self._exited.set()
         if not self._stopping:
             self._recorder.event(
-                "agent_exited",
+                EventKind.AGENT_EXITED,
                 {
                     "exitCode": code,
                     "stderrTail": tail_lines(self.launch.stderr_path),
@@ -368,7 +369,7 @@ class AgentConnection:
         lost: dict[str, Any] = {"reason": reason, "previousAcpSessionId": acp_session_id}
         if agent_error is not None:
             lost["agentError"] = agent_error
-        self._recorder.event("context_lost", lost)
+        self._recorder.event(EventKind.CONTEXT_LOST, lost)
         return SessionOpened(opened.acp_session_id, "context_lost", opened.response)
 
     async def prompt(
@@ -397,7 +398,7 @@ class AgentConnection:
                 done, _ = await asyncio.wait({turn}, timeout=grace_s)
                 if not done:
                     self._recorder.event(
-                        "turn_timeout_kill",
+                        EventKind.TURN_TIMEOUT_KILL,
                         {"timeoutS": timeout_s, "graceS": grace_s, "pid": self.pid},
                     )
                     await self.kill()

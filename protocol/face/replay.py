@@ -13,11 +13,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from protocol.transcript.mapping import EventLike
+from state_machines.event_kinds import EventKind
 
 
 def update_of(event: EventLike) -> dict[str, Any] | None:
     """The update object inside a stored ``session_update`` event, if it is one."""
-    if event.kind != "session_update":
+    if event.kind != EventKind.SESSION_UPDATE:
         return None
     payload = event.payload
     params = (
@@ -35,9 +36,9 @@ INTERRUPTED_MARKER = (
 
 def interrupted_marker(event: EventLike) -> dict[str, Any] | None:
     """The update that ends a turn a crash cut short and that will not run again."""
-    if event.kind == "interrupted" and event.payload.get("willRetry", True):
+    if event.kind == EventKind.INTERRUPTED and event.payload.get("willRetry", True):
         return None  # it runs again: the retry's own updates follow
-    if event.kind not in ("interrupted", "turn_interrupted"):
+    if event.kind not in (EventKind.INTERRUPTED, EventKind.TURN_INTERRUPTED):
         return None
     return {
         "sessionUpdate": "agent_message_chunk",
@@ -52,7 +53,7 @@ def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]
         if marker is not None:
             yield marker
             continue
-        if event.kind == "prompt":
+        if event.kind == EventKind.PROMPT:
             for block in event.payload.get("content", []):
                 yield {"sessionUpdate": "user_message_chunk", "content": block}
             continue
@@ -66,7 +67,7 @@ def current_setup(events: Iterable[EventLike]) -> dict[str, Any]:
     latest start answered, with the mode and config changes it reported since applied."""
     setup: dict[str, Any] = {}
     for event in events:
-        if event.kind == "agent_started":
+        if event.kind == EventKind.AGENT_STARTED:
             recorded = event.payload.get("sessionSetup")
             setup = json.loads(json.dumps(recorded)) if isinstance(recorded, dict) else {}
             continue

@@ -37,6 +37,7 @@ from protocol.transcript.content import (
     zero_usage,
 )
 from protocol.transcript.reader import dump_lines
+from state_machines.event_kinds import EventKind
 
 __all__ = [
     "CONTROL_PLANE_CUSTOM_TYPE",
@@ -196,12 +197,12 @@ class _TranscriptBuilder:
         self._index = 0
         self._moment = session.created_at
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
-            "prompt": self._on_prompt,
-            "session_update": self._on_session_update,
-            "turn_ended": self._on_turn_ended,
-            "turn_failed": self._on_turn_failed,
-            "interrupted": self._on_interrupted,
-            "announce": self._on_announce,
+            EventKind.PROMPT: self._on_prompt,
+            EventKind.SESSION_UPDATE: self._on_session_update,
+            EventKind.TURN_ENDED: self._on_turn_ended,
+            EventKind.TURN_FAILED: self._on_turn_failed,
+            EventKind.INTERRUPTED: self._on_interrupted,
+            EventKind.ANNOUNCE: self._on_announce,
         }
 
     # ---- driving
@@ -373,7 +374,7 @@ class _TranscriptBuilder:
                 tool_reason=f"the turn was interrupted before the tool call finished: {reason}",
             )
         )
-        self._emit_lifecycle("interrupted", payload)
+        self._emit_lifecycle(EventKind.INTERRUPTED, payload)
 
     def _on_announce(self, payload: Mapping[str, Any]) -> None:
         child = payload.get("childSessionId")
@@ -398,7 +399,9 @@ class _TranscriptBuilder:
         update = payload.get("update")
         kind = mapping(update).get("sessionUpdate")
         if not isinstance(update, Mapping) or not isinstance(kind, str):
-            self._emit_lifecycle("session_update", payload)  # malformed: keep it, don't guess
+            self._emit_lifecycle(
+                EventKind.SESSION_UPDATE, payload
+            )  # malformed: keep it, don't guess
             return
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
             block_type = "text" if kind == "agent_message_chunk" else "thinking"

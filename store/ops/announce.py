@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from state_machines import CommandState, SessionState
+from state_machines.event_kinds import EventKind
 from store import queries
 from store.ops.commands import enqueue
 from store.ops.events import append_events
@@ -49,7 +50,7 @@ def announce_finished_runs(
         if queries.announced(conn, parent_id, command.id):
             continue
         payload = _announcement(child_id, command)
-        append_events(ctx, parent_id, None, [NewEvent("announce", payload)])
+        append_events(ctx, parent_id, None, [NewEvent(EventKind.ANNOUNCE, payload)])
         if as_prompt:
             text = f"[subagent {child_id} finished: status={payload['status']}]\n{payload['text']}"
             enqueue(

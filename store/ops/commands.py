@@ -16,6 +16,7 @@ from state_machines import (
     SessionNotFound,
     SessionState,
 )
+from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
@@ -137,7 +138,7 @@ def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> 
     if include_queued:
         cancel_queued(ctx, session_id, "cancelled with the session's queue")
     if before is SessionState.RUNNING:
-        insert_events(ctx, session_id, None, [NewEvent("cancel_requested", {})])
+        insert_events(ctx, session_id, None, [NewEvent(EventKind.CANCEL_REQUESTED, {})])
     return state
 
 

@@ -14,6 +14,7 @@ from state_machines import (
     SessionEvent,
     SessionState,
 )
+from state_machines.event_kinds import EventKind
 from store.ops._shared import transition_command, transition_session
 from store.ops.commands import interrupt_command
 from store.ops.events import insert_events
@@ -82,7 +83,7 @@ def recover_sessions(ctx: WriteContext, orphaned: set[str]) -> RecoveryReport:
             cmd.id,
             [
                 NewEvent(
-                    "interrupted",
+                    EventKind.INTERRUPTED,
                     {
                         "commandId": cmd.id,
                         "attempts": cmd.attempts,

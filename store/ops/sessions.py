@@ -19,6 +19,7 @@ from state_machines import (
 from state_machines.errors import (
     LimitExceeded,
 )
+from state_machines.event_kinds import EventKind
 from store import queries
 from store.faults import fault_point
 from store.hashing import command_hash, request_hash
@@ -117,7 +118,10 @@ def spawn(
         binding_record = _bind(conn, session_id, binding, now)
     fault_point("spawn.after_binding")
     insert_events(
-        ctx, session_id, None, [NewEvent("session_created", {"agent": agent.to_json(), "cwd": cwd})]
+        ctx,
+        session_id,
+        None,
+        [NewEvent(EventKind.SESSION_CREATED, {"agent": agent.to_json(), "cwd": cwd})],
     )
     command: CommandRecord | None = None
     if first_prompt is not None:
@@ -215,7 +219,7 @@ def close_session(ctx: WriteContext, session_id: str, reason: str = "closed") ->
     conn = ctx.conn
     if queries.get_session(conn, session_id).state is SessionState.CLOSED:
         return queries.get_session(conn, session_id)
-    insert_events(ctx, session_id, None, [NewEvent("closed", {"reason": reason})])
+    insert_events(ctx, session_id, None, [NewEvent(EventKind.CLOSED, {"reason": reason})])
     transition_session(conn, session_id, SessionEvent.CLOSE, closed_at=time.time())
     cancel_queued(ctx, session_id, f"session closed: {reason}", running_too=True)
     conn.execute(update(bindings).where(bindings.c.session_id == session_id).values(active=False))

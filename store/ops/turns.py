@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import update
 
 from state_machines import CommandState, SessionEvent, SessionState
+from state_machines.event_kinds import EventKind
 from store import queries
 from store.ops import commands, events, fencing
 from store.ops import sessions as session_ops
@@ -64,7 +65,7 @@ def begin_next(
         payload: dict[str, Any] = {"commandId": first.id, "content": content}
         if len(claimed) > 1:
             payload["commandIds"] = [c.id for c in claimed]
-        events.append_events(ctx, session_id, first.id, [NewEvent("prompt", payload)])
+        events.append_events(ctx, session_id, first.id, [NewEvent(EventKind.PROMPT, payload)])
     return claimed
 
 
@@ -85,7 +86,7 @@ def _report_interrupted(ctx: WriteContext, command: CommandRecord) -> None:
         ctx,
         command.session_id,
         command.id,
-        [NewEvent("turn_interrupted", {"commandId": command.id, "reason": reason})],
+        [NewEvent(EventKind.TURN_INTERRUPTED, {"commandId": command.id, "reason": reason})],
     )
 
 
@@ -106,7 +107,7 @@ def finish_turn(
         command_ids[0],
         [
             NewEvent(
-                "turn_ended",
+                EventKind.TURN_ENDED,
                 {
                     "commandId": command_ids[0],
                     "stopReason": outcome.get("stopReason"),
@@ -134,7 +135,7 @@ def fail_turn(
         ctx,
         session_id,
         command_ids[0],
-        [NewEvent("turn_failed", {"commandId": command_ids[0], "error": error})],
+        [NewEvent(EventKind.TURN_FAILED, {"commandId": command_ids[0], "error": error})],
     )
     for command_id in command_ids:
         if queries.get_command(ctx.conn, command_id).state is CommandState.RUNNING:
@@ -179,7 +180,7 @@ def agent_started(
             ctx.conn, session_id, SessionEvent.RESTARTED, epoch=epoch, last_error=None
         )
     events.append_events(
-        ctx, session_id, None, [NewEvent("agent_started", {"how": how, **details})]
+        ctx, session_id, None, [NewEvent(EventKind.AGENT_STARTED, {"how": how, **details})]
     )
 
 
@@ -200,7 +201,7 @@ def start_failed(
     payload: dict[str, Any] = {"error": error}
     if agent_error is not None:
         payload["agentError"] = agent_error
-    events.append_events(ctx, session_id, None, [NewEvent("agent_start_failed", payload)])
+    events.append_events(ctx, session_id, None, [NewEvent(EventKind.AGENT_START_FAILED, payload)])
     command = commands.claim_next(ctx, session_id)
     if command is None:
         return None

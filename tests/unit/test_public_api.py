@@ -33,6 +33,7 @@ PINNED_ALL = [
     "ControlPlane",
     "ControlPlaneError",
     "Decision",
+    "EventKind",
     "EventRecord",
     "IdempotencyConflict",
     "IllegalTransition",

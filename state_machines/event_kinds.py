@@ -1,0 +1,30 @@
+"""The kinds of event in a session's log: the one vocabulary the store, the actors, the
+protocol side (the recorder, replay, the transcript mapping) and the control plane share.
+
+Here, at the bottom of the import graph, because ``protocol`` records event kinds and must
+not import the store. A ``StrEnum``: a member equals its string, so stored kinds compare
+with members directly, and stores written before this enum read the same.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    SESSION_CREATED = "session_created"  # spawn: the agent (names of its env only) and cwd
+    PROMPT = "prompt"  # a turn began: the prompt sent (one per send)
+    SESSION_UPDATE = "session_update"  # an agent's session/update frame, verbatim
+    TURN_ENDED = "turn_ended"  # the agent answered the prompt (stop reason, usage)
+    TURN_FAILED = "turn_failed"  # the agent died or broke the protocol mid-turn
+    TURN_INTERRUPTED = "turn_interrupted"  # a restored agent had the prompt: not sent again
+    TURN_TIMEOUT_KILL = "turn_timeout_kill"  # a timed-out turn outlived its grace: killed
+    INTERRUPTED = "interrupted"  # recovery found the turn cut short (requeued or failed)
+    CANCEL_REQUESTED = "cancel_requested"  # a cancel reached the store (steer, interrupt, user)
+    AGENT_STARTED = "agent_started"  # the agent runs (how: new, resumed, loaded, context_lost)
+    AGENT_START_FAILED = "agent_start_failed"  # spawn, initialize or new/restore failed
+    AGENT_EXITED = "agent_exited"  # the agent process ended on its own (code, stderr tail)
+    AGENT_PROTOCOL_ERROR = "agent_protocol_error"  # garbage or an oversized frame on stdout
+    CONTEXT_LOST = "context_lost"  # the agent could not restore the session: a new one
+    ANNOUNCE = "announce"  # a child's finished run, in its parent's log
+    CLOSED = "closed"  # the session closed for good (reason)
