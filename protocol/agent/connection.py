@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -30,20 +29,13 @@ from typing import Any, TypeVar
 
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent
 from acp.client.connection import ClientSideConnection
-from acp.meta import AGENT_METHODS
 from acp.schema import (
     AgentCapabilities,
-    AuthenticateRequest,
     ClientCapabilities,
     FileSystemCapabilities,
     Implementation,
     InitializeResponse,
-    LoadSessionRequest,
-    NewSessionRequest,
-    ResumeSessionRequest,
 )
-from acp.utils import serialize_params
-from pydantic import BaseModel
 
 from protocol.agent import sdk_logging
 from protocol.agent.client import ControlPlaneClient, FsForward
@@ -52,13 +44,13 @@ from protocol.agent.permissions import PermissionBroker
 from protocol.agent.prestart import Prestarted
 from protocol.agent.proc_tree import agent_pgid_of, boot_id, process_start_time
 from protocol.agent.process import AgentProcess, agent_transport
+from protocol.agent.sessions import SessionRequests
 from protocol.agent.stderr_log import StderrLog, tail_lines
 from protocol.agent.tap import RawTap
 from protocol.agent.terminals import TerminalManager
 from protocol.agent.types import (
     AgentLaunch,
     Recorder,
-    SessionOpened,
     TurnResult,
 )
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
@@ -70,7 +62,7 @@ log = logging.getLogger(__name__)
 CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
 
 
-class AgentConnection:
+class AgentConnection(SessionRequests):
     def __init__(
         self,
         launch: AgentLaunch,
@@ -290,88 +282,6 @@ class AgentConnection:
             raise self._failure
         return self._conn
 
-    # -- sessions ------------------------------------------------------------------------
-
-    async def _session_request(self, method: str, request: BaseModel) -> dict[str, Any]:
-        """Send session/new, load or resume and return the agent's answer exactly as sent:
-        the SDK's response models drop what they do not know yet (``models``, the session
-        model picker), and the control plane passes what the agent offers on unchanged.
-        Uses the SDK's JSON-RPC connection under its typed one for that."""
-        conn = self._require_conn()
-        raw = await self._guard(conn._conn.send_request(method, serialize_params(request)))
-        return raw if isinstance(raw, dict) else {}
-
-    async def authenticate(self, method_id: str) -> dict[str, Any]:
-        """Forward a client's ``authenticate``; the agent's answer as sent."""
-        conn = self._require_conn()
-        params = serialize_params(AuthenticateRequest(method_id=method_id))
-        raw = await self._guard(conn._conn.send_request(AGENT_METHODS["authenticate"], params))
-        return raw if isinstance(raw, dict) else {}
-
-    async def new_session(self, mcp_servers: Sequence[Any] = ()) -> SessionOpened:
-        request = NewSessionRequest(
-            cwd=self.launch.cwd,
-            additional_directories=list(self.launch.additional_directories) or None,
-            mcp_servers=list(mcp_servers),
-        )
-        response = await self._session_request(AGENT_METHODS["session_new"], request)
-        session_id = response.get("sessionId")
-        if not isinstance(session_id, str) or not session_id:
-            raise AgentProtocolError(f"session/new answered without a sessionId: {response!r}")
-        self.acp_session_id = session_id
-        return SessionOpened(session_id, "new", response)
-
-    async def restore_session(
-        self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
-    ) -> SessionOpened:
-        """Reattach to a session the agent knew: resume if advertised, else load (its replay
-        is not recorded again: it is already in the log), else a new session and a
-        ``context_lost`` event carrying the agent's own reason."""
-        caps = self.capabilities
-        extra = list(self.launch.additional_directories) or None
-        reason = "the agent supports neither session/resume nor session/load"
-        agent_error: dict[str, Any] | None = None
-        try:
-            if caps.session_capabilities is not None and caps.session_capabilities.resume:
-                response = await self._session_request(
-                    AGENT_METHODS["session_resume"],
-                    ResumeSessionRequest(
-                        session_id=acp_session_id,
-                        cwd=self.launch.cwd,
-                        additional_directories=extra,
-                        mcp_servers=list(mcp_servers),
-                    ),
-                )
-                self.acp_session_id = acp_session_id
-                return SessionOpened(acp_session_id, "resumed", response)
-            if caps.load_session:
-                self._tap.replaying = True
-                try:
-                    response = await self._session_request(
-                        AGENT_METHODS["session_load"],
-                        LoadSessionRequest(
-                            cwd=self.launch.cwd,
-                            session_id=acp_session_id,
-                            mcp_servers=list(mcp_servers),
-                            additional_directories=extra,
-                        ),
-                    )
-                finally:
-                    self._tap.replaying = False
-                self.acp_session_id = acp_session_id
-                return SessionOpened(acp_session_id, "loaded", response)
-        except AgentProtocolError as exc:
-            if exc.agent_error is None:
-                raise  # the connection failed: not something a new session would mend
-            reason = f"the agent could not restore session {acp_session_id}: {exc}"
-            agent_error = exc.agent_error
-        opened = await self.new_session(mcp_servers)
-        lost: dict[str, Any] = {"reason": reason, "previousAcpSessionId": acp_session_id}
-        if agent_error is not None:
-            lost["agentError"] = agent_error
-        self._recorder.event(EventKind.CONTEXT_LOST, lost)
-        return SessionOpened(opened.acp_session_id, "context_lost", opened.response)
-
     async def prompt(
         self,
         blocks: Sequence[dict[str, Any]],
@@ -420,45 +330,7 @@ class AgentConnection:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await self._conn.cancel(session_id=self.acp_session_id)
 
-    async def set_mode(self, mode_id: str) -> dict[str, Any]:
-        conn = self._require_conn()
-        response = await self._guard(
-            conn.set_session_mode(session_id=self._require_session(), mode_id=mode_id)
-        )
-        return _dump(response)
 
-    async def set_config_option(self, config_id: str, value: str | bool) -> dict[str, Any]:
-        conn = self._require_conn()
-        response = await self._guard(
-            conn.set_config_option(
-                config_id=config_id, session_id=self._require_session(), value=value
-            )
-        )
-        return _dump(response)
-
-    async def close_session(self) -> bool:
-        """``session/close`` where advertised; returns whether it was sent."""
-        caps = self.capabilities.session_capabilities
-        if caps is None or not caps.close or self.acp_session_id is None or not self.alive:
-            return False
-        conn = self._require_conn()
-        await self._guard(conn.close_session(session_id=self.acp_session_id))
-        return True
-
-    def _require_session(self) -> str:
-        if self.acp_session_id is None:
-            raise AgentProtocolError("no ACP session is open on this connection")
-        return self.acp_session_id
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    if model is None:
-        return {}
-    dumped = model.model_dump(by_alias=True, exclude_none=True)
-    return dumped if isinstance(dumped, dict) else {}
-
-
-@functools.cache
 async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:
     for task in tasks:
         task.cancel()

@@ -7,6 +7,7 @@ starts before every agent) uses it too.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -186,6 +187,7 @@ def kill_leftover_tree(
         time.sleep(0.002)
 
 
+@functools.cache
 def boot_id() -> str | None:
     """This boot's id: a pid and start time identify a process only within one boot."""
     try:

@@ -15,12 +15,9 @@ or the end of the recorded events get a synthesized error result.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from protocol.atomic_file import write_text_atomically
 from protocol.transcript.content import (
@@ -36,7 +33,9 @@ from protocol.transcript.content import (
     tool_result_content,
     zero_usage,
 )
+from protocol.transcript.inputs import EventLike, TranscriptSession, entry_id
 from protocol.transcript.reader import dump_lines
+from protocol.transcript.turn import ToolCall, Turn, TurnClose
 from state_machines.event_kinds import EventKind
 
 __all__ = [
@@ -71,113 +70,6 @@ _FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
 # ACP usage field -> transcript usage field.
 
 
-class EventLike(Protocol):
-    """What the mapping needs from a stored event; the store's row type satisfies it."""
-
-    @property
-    def seq(self) -> int: ...
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def payload(self) -> Mapping[str, Any]: ...
-
-    @property
-    def created_at(self) -> datetime: ...  # timezone-aware UTC
-
-
-@dataclass(frozen=True)
-class TranscriptSession:
-    """Session facts for the header and for the api/provider/model of assistant messages."""
-
-    id: str
-    cwd: str
-    created_at: datetime
-    agent_name: str
-    parent_session: str | None = None
-
-
-# --------------------------------------------------------------------------- small helpers
-
-
-def entry_id(seed: str, taken: Collection[str]) -> str:
-    """Derive an 8-hex-char entry id from ``seed`` that is not in ``taken``.
-
-    Deterministic so that re-exporting the same events gives the same file; on the (rare)
-    collision the seed is rehashed with a counter until the id is free.
-    """
-    attempt = 0
-    candidate = hashlib.sha256(seed.encode("utf-8")).hexdigest()[:8]
-    while candidate in taken:
-        attempt += 1
-        candidate = hashlib.sha256(f"{seed}#{attempt}".encode()).hexdigest()[:8]
-    return candidate
-
-
-@dataclass
-class _ToolCall:
-    """A tool call of the open turn; ``block`` is its toolCall block in an assistant message."""
-
-    block: JsonObject
-    title: str | None = None
-    kind: str | None = None
-    content: list[Any] = field(default_factory=list)
-    raw_output: Any = None
-    failed: bool = False
-    final: bool = False  # a toolResult has been emitted
-    flushed: bool = False  # its block is in an emitted message and must not change
-
-    @property
-    def call_id(self) -> str:
-        return str(self.block["id"])
-
-    def apply(self, update: Mapping[str, Any]) -> None:
-        """Fold a tool_call / tool_call_update into this call (ACP updates replace fields)."""
-        self.title = string(update.get("title")) or self.title
-        self.kind = string(update.get("kind")) or self.kind
-        if isinstance(update.get("content"), list):
-            self.content = list(update["content"])
-        if "rawOutput" in update:
-            self.raw_output = update["rawOutput"]
-        self.failed = update.get("status") == "failed" or self.failed
-        if not self.flushed:
-            self.block["name"] = self.title or self.kind or "tool"
-            if "rawInput" in update:
-                raw_input = update["rawInput"]
-                is_object = isinstance(raw_input, Mapping)
-                self.block["arguments"] = plain(raw_input) if is_object else {}
-
-
-@dataclass
-class _Turn:
-    """One prompt turn (or agent output that arrived outside any prompt: ``implicit``)."""
-
-    implicit: bool
-    blocks: list[JsonObject] = field(default_factory=list)
-    tools: dict[str, _ToolCall] = field(default_factory=dict)
-
-    def append_text(self, kind: str, text: str) -> None:
-        """Add streamed text, merging into the previous block when it has the same kind."""
-        if not text:
-            return  # an empty chunk must not create an empty block
-        key = "text" if kind == "text" else "thinking"
-        if self.blocks and self.blocks[-1]["type"] == kind:
-            self.blocks[-1][key] += text
-        else:
-            self.blocks.append({"type": kind, key: text})
-
-
-@dataclass(frozen=True)
-class _Close:
-    """How a turn ends: transcript stopReason, usage, errorMessage, reason for open tools."""
-
-    stop_reason: str
-    tool_reason: str
-    usage: JsonObject = field(default_factory=zero_usage)
-    error_message: str | None = None
-
-
 # --------------------------------------------------------------------------- the mapping
 
 
@@ -190,7 +82,7 @@ class _TranscriptBuilder:
         self._entries: list[JsonObject] = []
         self._taken_ids: set[str] = set()
         self._model_id: str | None = None
-        self._turn: _Turn | None = None
+        self._turn: Turn | None = None
         self._used_call_ids: set[str] = set()
         # Where the entries being produced come from: seed for ids, time for timestamps.
         self._seed_prefix = f"{session.id}:start"
@@ -223,7 +115,7 @@ class _TranscriptBuilder:
         self._seed_prefix = f"{self._session.id}:end"
         self._index = 0
         self._close_turn(
-            _Close(
+            TurnClose(
                 stop_reason="aborted",
                 error_message="session ended before the turn finished",
                 tool_reason="session ended before the tool call finished",
@@ -288,7 +180,7 @@ class _TranscriptBuilder:
             message["errorMessage"] = error
         self._emit_message(message)
 
-    def _emit_tool_result(self, tool: _ToolCall, content: list[JsonObject], is_error: bool) -> None:
+    def _emit_tool_result(self, tool: ToolCall, content: list[JsonObject], is_error: bool) -> None:
         tool.final = True
         self._emit_message(
             {
@@ -302,9 +194,9 @@ class _TranscriptBuilder:
 
     # ---- turns
 
-    def _ensure_turn(self) -> _Turn:
+    def _ensure_turn(self) -> Turn:
         if self._turn is None:
-            self._turn = _Turn(implicit=True)
+            self._turn = Turn(implicit=True)
         return self._turn
 
     def _flush_blocks(self, stop_reason: str, usage: JsonObject, error: str | None) -> None:
@@ -316,7 +208,7 @@ class _TranscriptBuilder:
             tool.flushed = True
         turn.blocks = []
 
-    def _close_turn(self, close: _Close) -> None:
+    def _close_turn(self, close: TurnClose) -> None:
         if self._turn is None:
             return
         self._flush_blocks(close.stop_reason, close.usage, close.error_message)
@@ -330,16 +222,18 @@ class _TranscriptBuilder:
     def _on_prompt(self, payload: Mapping[str, Any]) -> None:
         if self._turn is not None and self._turn.implicit:
             # Agent output outside a prompt (e.g. replayed history) is complete as it stands.
-            self._close_turn(_Close("stop", "a new prompt started before the tool call finished"))
+            self._close_turn(
+                TurnClose("stop", "a new prompt started before the tool call finished")
+            )
         else:
             self._close_turn(
-                _Close(
+                TurnClose(
                     stop_reason="aborted",
                     error_message="a new prompt started before the turn ended",
                     tool_reason="a new prompt started before the tool call finished",
                 )
             )
-        self._turn = _Turn(implicit=False)
+        self._turn = Turn(implicit=False)
         content = prompt_content(payload.get("content"))
         self._emit_message({"role": "user", "content": content})
 
@@ -347,7 +241,7 @@ class _TranscriptBuilder:
         acp_reason = string(payload.get("stopReason")) or "end_turn"
         stop_reason = _STOP_REASONS.get(acp_reason, "stop")
         self._close_turn(
-            _Close(
+            TurnClose(
                 stop_reason=stop_reason,
                 usage=map_usage(payload.get("usage")),
                 error_message=_STOP_REASON_ERRORS.get(acp_reason),
@@ -358,7 +252,7 @@ class _TranscriptBuilder:
     def _on_turn_failed(self, payload: Mapping[str, Any]) -> None:
         error = string(payload.get("error")) or "the turn failed"
         self._close_turn(
-            _Close(
+            TurnClose(
                 stop_reason="error",
                 error_message=error,
                 tool_reason=f"the turn failed before the tool call finished: {error}",
@@ -368,7 +262,7 @@ class _TranscriptBuilder:
     def _on_interrupted(self, payload: Mapping[str, Any]) -> None:
         reason = string(payload.get("reason")) or "interrupted"
         self._close_turn(
-            _Close(
+            TurnClose(
                 stop_reason="aborted",
                 error_message=reason,
                 tool_reason=f"the turn was interrupted before the tool call finished: {reason}",
@@ -442,7 +336,7 @@ class _TranscriptBuilder:
             suffix += 1
         return f"{call_id}~{suffix}"
 
-    def _tool_for(self, update: Mapping[str, Any], announced: bool) -> _ToolCall | None:
+    def _tool_for(self, update: Mapping[str, Any], announced: bool) -> ToolCall | None:
         """The open tool call an update applies to, creating it if needed; None to ignore."""
         turn = self._ensure_turn()
         call_id = string(update.get("toolCallId")) or f"call-{self._seed_prefix}"
@@ -453,7 +347,7 @@ class _TranscriptBuilder:
             if not announced:
                 return None  # a late update for a call whose result is already written
             call_id = self._fresh_call_id(call_id)
-        tool = _ToolCall(block={"type": "toolCall", "id": call_id, "name": "tool", "arguments": {}})
+        tool = ToolCall(block={"type": "toolCall", "id": call_id, "name": "tool", "arguments": {}})
         self._used_call_ids.add(call_id)
         turn.tools[call_id] = tool
         turn.blocks.append(tool.block)
