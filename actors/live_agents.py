@@ -21,11 +21,9 @@ class LiveAgents:
         self.cap = cap
         self._idle_since: dict[str, float] = {}  # math.inf while a turn runs
 
-    def idle(self, session_id: str, since: float) -> None:
-        self._idle_since[session_id] = since
-
-    def busy(self, session_id: str) -> None:
-        self._idle_since[session_id] = math.inf
+    def post(self, session_id: str, busy: bool, idle_since: float) -> None:
+        """After each message an actor handled: busy with a turn, or idle since when."""
+        self._idle_since[session_id] = math.inf if busy else idle_since
 
     def gone(self, session_id: str) -> None:
         self._idle_since.pop(session_id, None)

@@ -22,7 +22,8 @@ import time
 import pykka
 
 from actors.live_agents import LiveAgents
-from actors.session.actor import ActorDeps, SessionActor
+from actors.session.actor import SessionActor
+from actors.session.deps import ActorDeps
 from actors.session.messages import CancelTurn, CloseSession, SlotGranted, Tick, Wake
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots

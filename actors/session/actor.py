@@ -9,9 +9,9 @@ message. So the mailbox stays free during a turn, and ``CancelTurn`` or ``CloseS
 overtake a running prompt. Short agent calls (start, set mode) block the actor thread on the
 loop with a timeout; nothing here blocks the loop.
 
-Exceptions: ``on_receive`` catches what a message raises, records it, and keeps serving
-(pykka would otherwise stop the actor for good). ``StaleEpoch`` means another process took the
-session over: the actor kills its agent and stops.
+Exceptions: ``on_receive`` logs what a told message raises and keeps serving (pykka would
+otherwise stop the actor for good); an asked one (``CloseSession``) raises to its caller.
+``StaleEpoch``: a newer holder took the session over, so the actor kills its agent and stops.
 """
 
 from __future__ import annotations
@@ -19,18 +19,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pykka
 
-from actors.live_agents import LiveAgents
-from actors.session.agent_start import start_agent
-from actors.session.durable import write_until_taken
+from actors.session.agent_start import call_quietly, start_agent, stop_agent
+from actors.session.deps import ActorDeps
+from actors.session.durable import (
+    spare_interrupted_turn,
+    write_after_frames,
+    write_until_taken,
+)
+from actors.session.family import children_cap_full, run_is_over, wake_siblings
 from actors.session.messages import (
     AgentGone,
     CancelTurn,
@@ -40,46 +43,25 @@ from actors.session.messages import (
     TurnDone,
     Wake,
 )
+from actors.session.outcomes import failed_turn, run_control, turn_outcome, turn_timeout_for
 from actors.session.recorder import StoreRecorder
-from actors.settings import RuntimeSettings
-from actors.slots import TurnSlots
 from protocol.agent.connection import AgentConnection
 from protocol.agent.types import TurnResult
-from protocol.loop import ProtocolLoop
 from state_machines import (
     AgentProtocolError,
     AgentStartFailed,
-    CommandState,
     ControlPlaneError,
     SessionState,
     StaleEpoch,
     StoreError,
-    StoreUnavailable,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, Store, WriteContext, ops, queries
+from store import CommandKind, CommandRecord, WriteContext, ops, queries
 from store.ops import turns
 from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ActorDeps:
-    store: Store
-    loop: ProtocolLoop
-    slots: TurnSlots
-    settings: RuntimeSettings
-    # Tell the supervisor this actor is gone: (session id, actor urn), at the very end of
-    # on_stop (its agent ended, its ownership released).
-    on_stopped: Callable[[str, str], None]
-    starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
-    notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
-    # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
-    stopping: threading.Event = field(default_factory=threading.Event)
-    # Where the actor posts when it went idle, for the cap on live agents.
-    live_agents: LiveAgents = field(default_factory=lambda: LiveAgents(None))
 
 
 class SessionActor(pykka.ThreadingActor):
@@ -120,15 +102,7 @@ class SessionActor(pykka.ThreadingActor):
         self._stop_agent(kill=False)
         self.deps.slots.release(self.session_id)
         if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
-            turn, epoch = self.turn, self.epoch
-            try:  # Ctrl-C mid-turn: an interruption, not a failed attempt
-                self.store.write(lambda ctx: ops.spare_attempts(ctx, self.session_id, epoch, turn))
-            except ControlPlaneError as exc:
-                log.warning(
-                    "session %s: sparing the interrupted attempt failed: %s",
-                    self.session_id,
-                    exc,
-                )
+            spare_interrupted_turn(self.store, self.session_id, self.epoch, self.turn)
         if self.epoch >= 0:
             epoch = self.epoch
             try:
@@ -147,13 +121,7 @@ class SessionActor(pykka.ThreadingActor):
         try:
             return self._receive(message)
         finally:
-            self._post_activity()
-
-    def _post_activity(self) -> None:
-        if self.turn is None:
-            self.deps.live_agents.idle(self.session_id, self.last_active)
-        else:
-            self.deps.live_agents.busy(self.session_id)
+            self.deps.live_agents.post(self.session_id, self.turn is not None, self.last_active)
 
     def _receive(self, message: Any) -> Any:
         try:
@@ -208,7 +176,13 @@ class SessionActor(pykka.ThreadingActor):
         if not self.deps.slots.try_take(self.session_id):
             return  # queued for a slot: SlotGranted arrives when admitted
         parent_id = self.facts.parent_id
-        if parent_id is not None and pending and self._children_cap_full():
+        if (
+            parent_id is not None
+            and pending
+            and children_cap_full(
+                self.store, self.session_id, self.deps.settings.max_running_children
+            )
+        ):
             self.deps.slots.release(self.session_id)  # woken when a sibling's turn ends
             return
         if not self._ensure_agent():
@@ -227,7 +201,9 @@ class SessionActor(pykka.ThreadingActor):
         )
         if not claimed:
             self.deps.slots.release(self.session_id)
-            if self.facts.metadata.get("mode") == "run" and self._run_is_over():
+            if self.facts.metadata.get("mode") == "run" and run_is_over(
+                self.store, self.session_id
+            ):
                 self._close("the run ended interrupted")  # its prompt was not sent again
             return
         if claimed[0].kind is CommandKind.PROMPT:
@@ -300,16 +276,11 @@ class SessionActor(pykka.ThreadingActor):
             with contextlib.suppress(pykka.ActorDeadError):
                 ref.tell(TurnDone(ids, None if exc else future.result(), exc))
 
-        self.turn_timeout = self._turn_timeout()
+        self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
         # Not durable on return: the outcome is written behind the turn's last updates
         # (StoreRecorder.write_after), one commit for both.
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
         self.deps.loop.when_done(turn, done)
-
-    def _turn_timeout(self) -> float | None:
-        """A session's own ``turnTimeoutS`` (metadata, e.g. a batch task's timeout) wins."""
-        own = self.facts.metadata.get("turnTimeoutS")
-        return float(own) if own is not None else self.deps.settings.turn_timeout_s
 
     def _turn_done(self, message: TurnDone) -> None:
         if self.turn != message.command_ids:
@@ -319,36 +290,18 @@ class SessionActor(pykka.ThreadingActor):
         if self.closing:
             return
         if message.error is not None or message.result is None:
-            error = str(message.error) or type(message.error).__name__
-            agent_error = getattr(message.error, "agent_error", None)
-            if agent_error is not None:
-                # The agent answered the prompt with an error: it is alive and well, the turn
-                # failed; the session stays usable and the client gets the agent's error.
-                outcome = {"agentError": agent_error, "text": self.recorder.take_text()}
-                self._after_frames(
-                    lambda ctx: turns.finish_turn(
-                        ctx,
-                        self.session_id,
-                        self.epoch,
-                        message.command_ids,
-                        outcome,
-                        CommandState.FAILED,
-                        error,
-                    )
-                )
-            else:
-                self._after_frames(
-                    lambda ctx: turns.fail_turn(
-                        ctx, self.session_id, self.epoch, message.command_ids, error
-                    )
-                )
+            write, agent_alive = failed_turn(
+                self.session_id, self.epoch, message.command_ids, message.error, self.recorder
+            )
+            self._after_frames(write)
+            if not agent_alive:
                 self._stop_agent(kill=True)
         else:
             self._record_outcome(message.command_ids, message.result)
         if self.facts.parent_id is not None:
             # After the outcome committed: a sibling held back by max_running_children
             # must see this session no longer running when it checks.
-            self._wake_siblings(self.facts.parent_id)
+            wake_siblings(self.store, self.session_id, self.facts.parent_id, self.deps.notify)
         if message.error is None and self.facts.metadata.get("mode") == "run":
             self.deps.slots.release(self.session_id)
             self._close("the run finished")  # mode=run: one turn, then closed
@@ -356,18 +309,7 @@ class SessionActor(pykka.ThreadingActor):
         self._continue()
 
     def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
-        outcome: dict[str, Any] = {
-            "stopReason": result.stop_reason,
-            "usage": result.usage,
-            "text": self.recorder.take_text(),
-        }
-        final, error = CommandState.COMPLETED, None
-        if result.timed_out:
-            outcome["timedOut"] = True
-            final = CommandState.FAILED
-            error = f"timeout: the turn ran longer than {self.turn_timeout}s"
-        elif result.stop_reason == "cancelled":
-            final, error = CommandState.CANCELLED, "cancelled"
+        outcome, final, error = turn_outcome(result, self.recorder.take_text(), self.turn_timeout)
         self._after_frames(
             lambda ctx: turns.finish_turn(
                 ctx, self.session_id, self.epoch, ids, outcome, final, error
@@ -375,34 +317,14 @@ class SessionActor(pykka.ThreadingActor):
         )
 
     def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
-        """Commit a turn's end behind (and with) the turn's last recorded updates; raise
-        what the write raised, as ``store.write`` would."""
-        if self.recorder.failed:
-            self._write(fn)  # the frames are lost already; the outcome must not be
-            return
-        future = self.recorder.write_after(fn)
-        while True:  # the recorder retries while the store refuses writes; a shutdown ends it
-            try:
-                future.result(timeout=1.0)
-                return
-            except TimeoutError:
-                if self.deps.stopping.is_set():
-                    raise StoreUnavailable(
-                        f"session {self.session_id}: shutting down before the store took "
-                        "the turn's end; recovery finishes it at the next open"
-                    ) from None
+        """Commit a turn's end behind (and with) the turn's last recorded updates."""
+        write_after_frames(self.store, self.recorder, fn, self.deps.stopping, self.session_id)
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""
         assert self.conn is not None
-        payload, loop = command.payload, self.deps.loop
         try:
-            if command.kind is CommandKind.SET_MODE:
-                result = loop.call(self.conn.set_mode(str(payload["modeId"])), 30)
-            else:
-                result = loop.call(
-                    self.conn.set_config_option(str(payload["configId"]), payload["value"]), 30
-                )
+            result = run_control(self.conn, self.deps.loop, command)
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             self._write(
@@ -446,26 +368,6 @@ class SessionActor(pykka.ThreadingActor):
                     log.info("passivating idle session %s: over max_live_agents", self.session_id)
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
 
-    def _run_is_over(self) -> bool:
-        """A ``mode=run`` child whose one prompt has ended (interrupted, not sent again)."""
-        commands = self.store.commands_of(self.session_id)
-        return bool(commands) and all(c.is_final for c in commands)
-
-    def _children_cap_full(self) -> bool:
-        """Checked before starting an agent, so a child held back by max_running_children
-        holds no agent process either (the claim re-checks it inside its transaction)."""
-        cap = self.deps.settings.max_running_children
-        return (
-            self.store.read_raw(lambda raw: queries.siblings_running(raw, self.session_id)) >= cap
-        )
-
-    def _wake_siblings(self, parent_id: str) -> None:
-        """A child finished a turn: a sibling held back by max_running_children may go."""
-        siblings = self.store.list_sessions(parent_id=parent_id, limit=10_000)
-        for sibling in siblings:
-            if sibling.id != self.session_id and sibling.state is not SessionState.CLOSED:
-                self.deps.notify(sibling.id)
-
     def _notice_other_processes(self) -> None:
         """Another process (``acpctl sessions cancel|close``) can only change the store; the
         owner sees it here, once a sweep interval, and acts on the agent."""
@@ -487,18 +389,8 @@ class SessionActor(pykka.ThreadingActor):
         return write_until_taken(self.store, fn, self.deps.stopping, self.session_id)
 
     def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
-        try:
-            self.deps.loop.call(coro, timeout)
-        except Exception as exc:
-            log.info("session %s: %s", self.session_id, exc)
+        call_quietly(self.deps.loop, coro, timeout, self.session_id)
 
     def _stop_agent(self, kill: bool) -> None:
         conn, self.conn = self.conn, None
-        if conn is not None:
-            self._call_quietly(conn.kill() if kill else conn.stop(), 30)
-        # What the agent wrote is durable before it is forgotten: the recorder may be holding
-        # its last updates for the write interval, on a loop that may stop next.
-        try:
-            self.recorder.flush_future().result(30)
-        except Exception as exc:  # a failed write was logged by the recorder already
-            log.info("session %s: flushing agent output: %s", self.session_id, exc)
+        stop_agent(conn, self.recorder, self.deps.loop, kill, self.session_id)

@@ -1,25 +1,30 @@
-"""Starting a session's agent: what is left of its previous process tree killed first, the
-process spawned (or a prestarted one adopted), ``initialize``, then its ACP session created
-or restored (resume > load > new + ``context_lost``), all within ``agent_start_timeout_s``
-and under the process-wide cap on starts at once. The actor records the outcome."""
+"""Starting and stopping a session's agent.
+
+Starting: what is left of its previous process tree killed first, the process spawned (or a
+prestarted one adopted), ``initialize``, then its ACP session created or restored (resume >
+load > new + ``context_lost``), all within ``agent_start_timeout_s`` and under the
+process-wide cap on starts at once. The actor records the outcome. Stopping: the agent ended
+in order (or killed), then what it wrote made durable."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from actors.session.deps import ActorDeps
 from actors.session.launch import launch_for
 from actors.session.leftovers import kill_leftovers
 from actors.session.recorder import StoreRecorder
 from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import PermissionBroker
+from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
 from store import SessionRecord
 
-if TYPE_CHECKING:
-    from actors.session.actor import ActorDeps
+log = logging.getLogger(__name__)
 
 # What of an agent's session/new (or load, resume) answer describes the session it offers.
 SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
@@ -97,3 +102,29 @@ def start_agent(
         conn.process_tree,
         (session.agent.command, init.model_dump(by_alias=True, exclude_none=True)),
     )
+
+
+def call_quietly(loop: ProtocolLoop, coro: Any, timeout: float, session_id: str) -> None:
+    """A best-effort agent call (a cancel, a close, a stop): its failure is only logged."""
+    try:
+        loop.call(coro, timeout)
+    except Exception as exc:
+        log.info("session %s: %s", session_id, exc)
+
+
+def stop_agent(
+    conn: AgentConnection | None,
+    recorder: StoreRecorder,
+    loop: ProtocolLoop,
+    kill: bool,
+    session_id: str,
+) -> None:
+    """End the agent (in order, or killed), then make what it wrote durable before it is
+    forgotten: the recorder may be holding its last updates for the write interval, on a
+    loop that may stop next."""
+    if conn is not None:
+        call_quietly(loop, conn.kill() if kill else conn.stop(), 30, session_id)
+    try:
+        recorder.flush_future().result(30)
+    except Exception as exc:  # a failed write was logged by the recorder already
+        log.info("session %s: flushing agent output: %s", session_id, exc)

@@ -1,4 +1,5 @@
-"""Lifecycle writes that must land: a turn's claim or end, an agent start or exit."""
+"""Lifecycle writes that must land: a turn's claim or end, an agent start or exit, through a
+storage fault, and in order behind the turn's recorded updates."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
-from state_machines import StoreUnavailable
-from store import Store, WriteContext
+from actors.session.recorder import StoreRecorder
+from state_machines import ControlPlaneError, StoreUnavailable
+from store import Store, WriteContext, ops
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,3 +46,41 @@ def write_until_taken(
     )
     result: T = retrying(store.write, fn)
     return result
+
+
+def write_after_frames(
+    store: Store,
+    recorder: StoreRecorder,
+    fn: Callable[[WriteContext], None],
+    stopping: threading.Event,
+    session_id: str,
+) -> None:
+    """Commit a turn's end behind (and with) the turn's last recorded updates, so an outcome
+    never commits before its updates; raise what the write raised, as ``store.write``
+    would. The recorder retries while the store refuses writes; a shutdown ends the wait."""
+    if recorder.failed:
+        write_until_taken(store, fn, stopping, session_id)  # the frames are lost already
+        return
+    future = recorder.write_after(fn)
+    while True:
+        try:
+            future.result(timeout=1.0)
+            return
+        except TimeoutError:
+            if stopping.is_set():
+                raise StoreUnavailable(
+                    f"session {session_id}: shutting down before the store took the turn's "
+                    "end; recovery finishes it at the next open"
+                ) from None
+
+
+def spare_interrupted_turn(
+    store: Store, session_id: str, epoch: int, command_ids: tuple[str, ...]
+) -> None:
+    """Ctrl-C (an orderly stop) mid-turn: an interruption, not a failed attempt
+    (``ops.spare_attempts``). Best effort: a store refusing it now leaves the attempt
+    counted, as after a crash."""
+    try:
+        store.write(lambda ctx: ops.spare_attempts(ctx, session_id, epoch, command_ids))
+    except ControlPlaneError as exc:
+        log.warning("session %s: sparing the interrupted attempt failed: %s", session_id, exc)

@@ -1,0 +1,30 @@
+"""What every session actor is given by the supervisor."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from actors.live_agents import LiveAgents
+from actors.settings import RuntimeSettings
+from actors.slots import TurnSlots
+from protocol.loop import ProtocolLoop
+from store import Store
+
+
+@dataclass(frozen=True)
+class ActorDeps:
+    store: Store
+    loop: ProtocolLoop
+    slots: TurnSlots
+    settings: RuntimeSettings
+    # Tell the supervisor this actor is gone: (session id, actor urn), at the very end of
+    # on_stop (its agent ended, its ownership released).
+    on_stopped: Callable[[str, str], None]
+    starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
+    notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
+    # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # Where the actor posts when it went idle, for the cap on live agents.
+    live_agents: LiveAgents = field(default_factory=lambda: LiveAgents(None))
