@@ -10,6 +10,7 @@ from typing import TypeVar
 import pytest
 
 from store import AgentSpec, Store
+from tests.support.agent_harness import AgentHarness
 
 T = TypeVar("T")
 
@@ -88,3 +89,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "crash" in item.path.parent.name:
             item.add_marker(pytest.mark.crash)
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[AgentHarness]:
+    """An agent connection harness on the protocol loop (tests/support/agent_harness.py),
+    closed after the test."""
+    h = AgentHarness(tmp_path)
+    try:
+        yield h
+    finally:
+        h.close()

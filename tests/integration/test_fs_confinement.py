@@ -3,7 +3,6 @@ point outside are refused, and nothing outside is read or written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,15 +10,6 @@ from acp import RequestError
 
 from protocol.agent.fs import Confinement
 from tests.support.agent_harness import AgentHarness
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[AgentHarness]:
-    h = AgentHarness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def _turn(h: AgentHarness, prompt: str) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,15 +15,6 @@ from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import Decision, PermissionPolicy
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 from tests.support.agent_harness import AgentHarness
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[AgentHarness]:
-    h = AgentHarness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 def _start(h: AgentHarness, conn: AgentConnection) -> str:

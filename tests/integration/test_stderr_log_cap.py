@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -197,15 +196,6 @@ def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path) -
     assert tail_lines(str(log), 1) == ["stderr-agent second END"]
     assert b"stderr-agent first END\n" in older + live
     assert b"stderr-agent first line %08d " % (total // 1024 - 1) in older + live
-
-
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[AgentHarness]:
-    h = AgentHarness(tmp_path)
-    try:
-        yield h
-    finally:
-        h.close()
 
 
 @pytest.mark.usefixtures("fast_checks")
