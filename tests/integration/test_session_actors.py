@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane import CommandState, SessionState
+from control_plane import CommandState, ControlPlane, SessionState
 from state_machines import StaleEpoch
 from store import ops
 from tests.conftest import eventually, pid_alive
@@ -18,6 +18,14 @@ from tests.support.cp_harness import example_agent, invocations, open_cp
 
 def _messages(tmp: Path) -> list[str]:
     return [i["message"] for i in invocations(tmp)]
+
+
+def _running_turn(cp: ControlPlane, tmp: Path) -> tuple[str, str]:
+    """A new session whose first turn (``#hang``) is running: (session id, command id)."""
+    spawned = cp.spawn(example_agent(tmp), tmp, "#hang")
+    assert spawned.command is not None
+    eventually(lambda: cp.get(spawned.session.id).state is SessionState.RUNNING)
+    return spawned.session.id, spawned.command.id
 
 
 def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path) -> None:
@@ -64,13 +72,10 @@ def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path) -> Non
 
 def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
-        sid = spawned.session.id
-        assert spawned.command is not None
-        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
+        sid, turn = _running_turn(cp, tmp_path)
         later = cp.prompt(sid, "later")
         steered = cp.prompt(sid, "steered", mode="steer")
-        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(turn, 30).state is CommandState.CANCELLED
         assert cp.wait(steered.id, 30).ok
         assert cp.wait(later.id, 30).ok
         assert _messages(tmp_path) == ["#hang", "steered", "later"]
@@ -78,13 +83,10 @@ def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
 
 def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
-        sid = spawned.session.id
-        assert spawned.command is not None
-        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
+        sid, turn = _running_turn(cp, tmp_path)
         queued = cp.prompt(sid, "queued")
         now = cp.prompt(sid, "now", mode="interrupt")
-        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(turn, 30).state is CommandState.CANCELLED
         assert cp.wait(queued.id, 30).state is CommandState.CANCELLED
         assert cp.wait(now.id, 30).ok
         assert _messages(tmp_path) == ["#hang", "now"]
@@ -92,12 +94,9 @@ def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
 
 def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
-        sid = spawned.session.id
-        assert spawned.command is not None
-        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
+        sid, turn = _running_turn(cp, tmp_path)
         cp.cancel(sid)
-        outcome = cp.wait(spawned.command.id, 30)
+        outcome = cp.wait(turn, 30)
         assert outcome.state is CommandState.CANCELLED and outcome.stop_reason == "cancelled"
         eventually(lambda: cp.get(sid).state is SessionState.IDLE)
         assert cp.wait(cp.prompt(sid, "still works").id, 30).ok
@@ -224,14 +223,11 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
     from control_plane import ControlPlane
 
     with open_cp(tmp_path) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#hang")
-        sid = spawned.session.id
-        assert spawned.command is not None
-        eventually(lambda: cp.get(sid).state is SessionState.RUNNING)
+        sid, turn = _running_turn(cp, tmp_path)
         # like `acpctl sessions cancel`: another opener that only writes the store
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.cancel(sid)
-        assert cp.wait(spawned.command.id, 30).state is CommandState.CANCELLED
+        assert cp.wait(turn, 30).state is CommandState.CANCELLED
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.close_session(sid)
