@@ -305,7 +305,7 @@ def run_sessions(
             if len(finished) >= count:
                 all_done.set()
 
-    unsubscribe = cp.store.subscribe_commands(on_finished)
+    unsubscribe = cp._store.subscribe_commands(on_finished)
     close_seconds = float("nan")
     try:
         with Monitor() as monitor:
@@ -330,13 +330,13 @@ def run_sessions(
                     last_report = now()
                     progress(
                         f"  {label} x{max_running}: {len(finished)}/{count} final after "
-                        f"{elapsed:.0f} s, {cp.supervisor.slots.running} running, "
+                        f"{elapsed:.0f} s, {cp._supervisor.slots.running} running, "
                         f"{monitor.peaks.children} agents at peak"
                     )
             seconds = now() - start
-            states = _command_states(cp.store)
-            activations = cp.supervisor.activations
-            slot_peak = cp.supervisor.slots.peak
+            states = _command_states(cp._store)
+            activations = cp._supervisor.activations
+            slot_peak = cp._supervisor.slots.peak
             close_start = now()
             unsubscribe()
             cp.close()
@@ -509,11 +509,11 @@ def run_open(workdir: str, pristine: str, round_no: int) -> OpenRun:
             opened = now() - t0[0]
             while "first_grant_at" not in marks and now() - t0[0] < 60:
                 time.sleep(0.001)
-        waiting = cp.supervisor.slots.waiting
+        waiting = cp._supervisor.slots.waiting
         begin = now()
-        cp.supervisor._discover()  # what the sweep thread repeats every sweep_interval_s
+        cp._supervisor._discover()  # what the sweep thread repeats every sweep_interval_s
         rediscover = now() - begin
-        activations = cp.supervisor.activations
+        activations = cp._supervisor.activations
         close_start = now()
         cp.close()
         close_seconds = now() - close_start

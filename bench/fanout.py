@@ -328,7 +328,7 @@ def run_cap(workdir: Path, cap: int, children: int) -> CapRun:
             if kid is not None and kid.announce is None:
                 kid.announce = _ts(event)
                 kid.status = str(event.payload.get("status"))
-        peak_slots = cp.supervisor.slots.peak
+        peak_slots = cp._supervisor.slots.peak
 
     kid_list = list(kids.values())
     statuses: dict[str, int] = {}

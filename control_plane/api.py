@@ -24,6 +24,9 @@ from control_plane.agents import agent_from_command
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.export import export_session
 from control_plane.outcome import Outcome
+from control_plane.services import FrontEndServices
+from control_plane.subagents.credentials import BridgeCredentials
+from control_plane.subagents.rules import socket_path
 from control_plane.subagents.server import SubagentBridge
 from control_plane.waiting import Waiters
 from protocol.loop import ProtocolLoop
@@ -42,14 +45,17 @@ from store import (
     Store,
     StoreOptions,
     ops,
-    queries,
 )
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
 
-class ControlPlane:
-    """Open with ``ControlPlane.open(path)``; use as a context manager to close cleanly."""
+class ControlPlane(FrontEndServices):
+    """Open with ``ControlPlane.open(path)``; use as a context manager to close cleanly.
+
+    The store, the supervisor of the session actors, the protocol loop and delivery are
+    private: hosts and the front ends (serve, batch, the subagent bridge) use the methods
+    here and in ``FrontEndServices``."""
 
     def __init__(
         self,
@@ -58,10 +64,10 @@ class ControlPlane:
         loop: ProtocolLoop,
         supervisor: Supervisor,
     ) -> None:
-        self.store = store
-        self.delivery = delivery
-        self.loop = loop
-        self.supervisor = supervisor
+        self._store = store
+        self._delivery = delivery
+        self._loop = loop
+        self._supervisor = supervisor
         self._waiters = Waiters(store)
         self._closed = False
         self._bridge: SubagentBridge | None = None
@@ -95,18 +101,17 @@ class ControlPlane:
             delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
             delivery.start()
             loop = ProtocolLoop()
-            bridge_box: list[SubagentBridge] = []
+            credentials: BridgeCredentials | None = None
             if run_sessions and subagent_tools:
-                settings = replace(
-                    settings, mcp_servers=lambda sid: bridge_box[0].mcp_servers_for(sid)
-                )
+                # Before the supervisor: every agent launch asks for its MCP entry.
+                credentials = BridgeCredentials(socket_path(store.path))
+                settings = replace(settings, mcp_servers=credentials.mcp_servers_for)
             supervisor = Supervisor(store, loop, settings)
             delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
             cp = cls(store, delivery, loop, supervisor)
-            if run_sessions and subagent_tools:
-                bridge = SubagentBridge(cp)
+            if credentials is not None:
+                bridge = SubagentBridge(cp, credentials)
                 loop.call(bridge.start(), 10)
-                bridge_box.append(bridge)
                 cp._bridge = bridge
             if run_sessions:
                 supervisor.start()
@@ -119,7 +124,7 @@ class ControlPlane:
 
     @property
     def recovery(self) -> RecoveryReport:
-        return self.supervisor.recovery
+        return self._supervisor.recovery
 
     def close(self) -> None:
         """Stop every session actor (their agents end), finish deliveries, close the store.
@@ -128,13 +133,13 @@ class ControlPlane:
             return
         self._closed = True
         self._activations.shutdown(wait=True)
-        self.supervisor.stop()
+        self._supervisor.stop()
         if self._bridge is not None:
-            self.loop.call(self._bridge.stop(), 10)
-        self.loop.stop()
+            self._loop.call(self._bridge.stop(), 10)
+        self._loop.stop()
         self._waiters.close()
-        self.delivery.close()
-        self.store.close()
+        self._delivery.close()
+        self._store.close()
 
     def __enter__(self) -> ControlPlane:
         return self
@@ -178,7 +183,7 @@ class ControlPlane:
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
         # Values the host handed in are kept in memory for this process's launches only.
-        self.supervisor.settings.agent_profiles.remember(spec)
+        self.settings.agent_profiles.remember(spec)
         sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]
         if len(sinks) > 1 or (sinks and parent is not None and announce):
             raise ValueError("a spawn takes one binding: a sink, or the parent announce")
@@ -196,7 +201,7 @@ class ControlPlane:
             meta.update({"mode": mode, "announcePrompt": announce_as_prompt})
         if mcp_servers:
             meta["mcpServers"] = redacted_mcp_servers(mcp_servers)
-        result = self.store.spawn(
+        result = self._store.spawn(
             spec,
             os.path.abspath(os.fspath(cwd if cwd is not None else os.getcwd())),
             binding,
@@ -205,15 +210,15 @@ class ControlPlane:
             parent_id=parent,
             metadata=meta,
             queue_mode=QueueMode(queue_mode).value,
-            limits=self.supervisor.settings.subagent_limits,
+            limits=self.settings.subagent_limits,
         )
         if mcp_servers:  # before the session's actor can launch its agent
-            self.supervisor.settings.client_mcp.remember(result.session.id, mcp_servers)
-        self.supervisor.notify(result.session.id)
+            self.settings.client_mcp.remember(result.session.id, mcp_servers)
+        self._supervisor.notify(result.session.id)
         return result
 
     def children(self, session_id: str) -> list[SessionRecord]:
-        return self.store.list_sessions(parent_id=session_id, limit=10_000)
+        return self._store.list_sessions(parent_id=session_id, limit=10_000)
 
     def prompt(
         self,
@@ -258,12 +263,12 @@ class ControlPlane:
             command, cancel_running = future.result()
             try:
                 if cancel_running:
-                    self.supervisor.cancel_turn(session_id)
-                if not self.supervisor.wake(session_id):
+                    self._supervisor.cancel_turn(session_id)
+                if not self._supervisor.wake(session_id):
                     # Activation reads the store: not on the writer thread. (Refused once
                     # closing: the command stays queued in the store for the next open.)
                     with contextlib.suppress(RuntimeError):
-                        self._activations.submit(self.supervisor.notify, session_id)
+                        self._activations.submit(self._supervisor.notify, session_id)
             finally:
                 done.set_result(command)
 
@@ -274,7 +279,7 @@ class ControlPlane:
             idempotency_key=idempotency_key,
             mode=chosen,
         )
-        self.store.submit(write).add_done_callback(committed)
+        self._store.submit(write).add_done_callback(committed)
         return done
 
     def set_mode(
@@ -296,46 +301,46 @@ class ControlPlane:
     def _control(
         self, session_id: str, kind: CommandKind, payload: dict[str, Any], key: str | None
     ) -> CommandRecord:
-        command = self.store.enqueue(session_id, kind, payload, key).command
-        self.supervisor.notify(session_id)
+        command = self._store.enqueue(session_id, kind, payload, key).command
+        self._supervisor.notify(session_id)
         return command
 
     def cancel(self, session_id: str, *, include_queued: bool = False) -> SessionState:
         """Cancel the running turn (its command ends ``cancelled``); with ``include_queued``
         also every queued command. Running descendants are cancelled too. Idempotent."""
-        state = self.store.cancel(session_id, include_queued)
-        self.supervisor.cancel_turn(session_id)
-        for child_id in self.store.read(lambda c: queries.descendants(c, session_id)):
-            if self.store.get_session(child_id).state in TURN_STATES:
-                self.store.cancel(child_id)
-                self.supervisor.cancel_turn(child_id)
+        state = self._store.cancel(session_id, include_queued)
+        self._supervisor.cancel_turn(session_id)
+        for child_id in self.descendants(session_id):
+            if self._store.get_session(child_id).state in TURN_STATES:
+                self._store.cancel(child_id)
+                self._supervisor.cancel_turn(child_id)
         return state
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
         """Close for good: the agent is stopped, open commands are cancelled; then every
         descendant, parents before children, so no announce lands in a closed parent (a
         crash in between is finished by recovery, which closes orphans)."""
-        descendants = self.store.read(lambda c: queries.descendants(c, session_id))
+        descendants = self.descendants(session_id)
         self._close_one(session_id, reason)
         for child_id in descendants:
-            if self.store.get_session(child_id).state is not SessionState.CLOSED:
+            if self._store.get_session(child_id).state is not SessionState.CLOSED:
                 self._close_one(child_id, "parent session closed")
-        return self.store.get_session(session_id)
+        return self._store.get_session(session_id)
 
     def _close_one(self, session_id: str, reason: str) -> None:
-        if not self.supervisor.close(session_id, reason):
-            self.store.close_session(session_id, reason)
+        if not self._supervisor.close(session_id, reason):
+            self._store.close_session(session_id, reason)
 
     # -- reading -------------------------------------------------------------------------
 
     def get(self, session_id: str) -> SessionRecord:
-        return self.store.get_session(session_id)
+        return self._store.get_session(session_id)
 
     def command(self, command_id: str) -> CommandRecord:
-        return self.store.get_command(command_id)
+        return self._store.get_command(command_id)
 
     def commands(self, session_id: str) -> list[CommandRecord]:
-        return self.store.commands_of(session_id)
+        return self._store.commands_of(session_id)
 
     def wait(self, command_id: str, timeout: float | None = None) -> Outcome:
         """Block until the command is final (``TimeoutError`` after ``timeout`` seconds)."""
@@ -343,43 +348,43 @@ class ControlPlane:
 
     def result(self, command_id: str) -> Outcome | None:
         """The command's outcome, or None while it is queued or running."""
-        command = self.store.get_command(command_id)
+        command = self._store.get_command(command_id)
         return Outcome.of(command) if command.state in COMMAND_MACHINE.final else None
 
     def list_sessions(
         self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None
     ) -> list[SessionRecord]:
-        return self.store.list_sessions(state=state, limit=limit, after_id=after_id)
+        return self._store.list_sessions(state=state, limit=limit, after_id=after_id)
 
     def events(
         self, session_id: str, after_seq: int = 0, limit: int | None = None
     ) -> list[EventRecord]:
-        return self.store.events(session_id, after_seq, limit)
+        return self._store.events(session_id, after_seq, limit)
 
     def follow(
         self, session_id: str, after_seq: int = 0, idle_timeout: float | None = None
     ) -> Iterator[EventRecord]:
         """Events as they are committed, in order; ends after the session's ``closed`` event
         (or after ``idle_timeout`` seconds without a new event)."""
-        self.store.get_session(session_id)
+        self._store.get_session(session_id)
         return self._waiters.events(session_id, after_seq, idle_timeout)
 
     # -- delivery ------------------------------------------------------------------------
 
     def bind_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> BindingRecord:
         spec = BindingSpec(SinkKind.JSONL, os.path.abspath(os.fspath(path)))
-        binding = self.store.bind(session_id, spec)
-        self.delivery.start()
+        binding = self._store.bind(session_id, spec)
+        self._delivery.start()
         return binding
 
     def register_callback(self, name: str, fn: Callable[[EventRecord], None]) -> None:
-        self.delivery.register_callback(name, fn)
+        self._delivery.register_callback(name, fn)
 
     def wait_delivered(self, timeout: float = 10.0) -> bool:
-        return self.delivery.wait_idle(timeout)
+        return self._delivery.wait_idle(timeout)
 
     # -- export --------------------------------------------------------------------------
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> Path:
         """Write the session as a JSONL transcript v3 file (atomically); returns the path."""
-        return export_session(self.store, session_id, path)
+        return export_session(self._store, session_id, path)

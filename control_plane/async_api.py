@@ -22,7 +22,7 @@ from store import AsyncReader, CommandRecord, EventRecord, SessionRecord, SpawnR
 class AsyncControlPlane:
     def __init__(self, sync: ControlPlane) -> None:
         self.sync = sync
-        self._reader = AsyncReader(sync.store.path)
+        self._reader = AsyncReader(sync.store_path)
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> AsyncControlPlane:
@@ -76,7 +76,7 @@ class AsyncControlPlane:
             if session_id in session_ids:
                 loop.call_soon_threadsafe(wake.set)
 
-        unsubscribe = self.sync.store.subscribe(on_commit)
+        unsubscribe = self.sync.on_events_committed(on_commit)
         try:
             async for event in self._reader.tail(session_id, after_seq, wake=wake):
                 yield event

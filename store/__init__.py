@@ -6,7 +6,6 @@ most processes, and every ``acpctl`` read command, never read asynchronously."""
 from typing import TYPE_CHECKING, Any
 
 from store.engine import Synchronous
-from store.faults import InjectedFault
 from store.feed import CommittedEvent, SessionCommit
 from store.integrity import IntegrityCheck
 from store.records import (
@@ -25,7 +24,6 @@ from store.records import (
     SubagentLimits,
 )
 from store.store import Store, StoreOptions
-from store.writer import WriteContext
 
 if TYPE_CHECKING:
     from store.async_reads import AsyncReader
@@ -40,7 +38,6 @@ __all__ = [
     "CommittedEvent",
     "EnqueueResult",
     "EventRecord",
-    "InjectedFault",
     "IntegrityCheck",
     "NewEvent",
     "RecoveryReport",
@@ -52,7 +49,6 @@ __all__ = [
     "StoreOptions",
     "SubagentLimits",
     "Synchronous",
-    "WriteContext",
 ]
 
 

@@ -56,9 +56,10 @@ from state_machines import (
     StoreError,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, WriteContext, ops, queries
+from store import CommandKind, CommandRecord, ops, queries
 from store.ops import turns
 from store.ownership import this_owner
+from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

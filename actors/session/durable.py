@@ -12,7 +12,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wai
 
 from actors.session.recorder import StoreRecorder
 from state_machines import ControlPlaneError, StoreUnavailable
-from store import Store, WriteContext, ops
+from store import Store, ops
+from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,8 +11,9 @@ from protocol.agent.connection import AgentConnection
 from protocol.agent.types import TurnResult
 from protocol.loop import ProtocolLoop
 from state_machines import CommandState
-from store import CommandKind, CommandRecord, WriteContext
+from store import CommandKind, CommandRecord
 from store.ops import turns
+from store.writer import WriteContext
 
 CONTROL_TIMEOUT_S = 30.0
 

@@ -36,7 +36,8 @@ from typing import Any
 from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
-from store import NewEvent, Store, WriteContext, ops
+from store import NewEvent, Store, ops
+from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
 

@@ -85,7 +85,7 @@ class BatchRun:
     def _latest(self, task: Task) -> tuple[int, SessionRecord | None]:
         generation, found = 0, None
         while True:
-            session = self.cp.store.session_by_key(self.key(task, generation))
+            session = self.cp.session_by_key(self.key(task, generation))
             if session is None:
                 return (generation - 1 if found else 0), found
             found = session
@@ -170,7 +170,7 @@ class BatchRun:
         closed: set[str] = set()
         last_write = 0.0
         while True:
-            fault = self.cp.store.persistent_fault(self.options.store_fault_s)
+            fault = self.cp.store_fault(self.options.store_fault_s)
             if fault is not None and not isinstance(fault, StoreUnavailable):
                 raise fault  # the store file is gone: its own message says what to do
             if fault is not None:

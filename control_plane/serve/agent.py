@@ -172,7 +172,7 @@ class ServeAgent:
     async def _agent_setup(self, session_id: str, fresh: bool) -> dict[str, Any]:
         """What the session's agent offers, from its latest start (waiting for the first
         one of a new session); the agent's own error when it refused to start."""
-        timeout = self.cp.supervisor.settings.agent_start_timeout_s + 10
+        timeout = self.cp.settings.agent_start_timeout_s + 10
         event: SetupEvent | None = None
         if not fresh:
             event = await asyncio.to_thread(self.watches.latest_setup, session_id)
@@ -183,7 +183,7 @@ class ServeAgent:
                 raise RequestError.internal_error(
                     {"details": f"the agent did not start within {timeout:.0f}s"}
                 ) from None
-        prestarted = self.cp.supervisor.settings.prestarted
+        prestarted = self.cp.settings.prestarted
         if prestarted is not None:
             # Taken by this session's launch, or it does not fit (another cwd): an agent
             # process must not idle for the rest of serve's life.
@@ -220,7 +220,7 @@ class ServeAgent:
     def _remember_mcp(self, session_id: str, servers: Any) -> None:
         """A client's MCP servers on load/resume: the agent's next launch gets them."""
         if servers:
-            self.cp.supervisor.settings.client_mcp.remember(session_id, plain_list(servers))
+            self.cp.settings.client_mcp.remember(session_id, plain_list(servers))
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **_: Any
@@ -247,7 +247,7 @@ class ServeAgent:
         await self._session(session_id)
         await asyncio.to_thread(self.cp.close_session, session_id, "closed by the ACP client")
         # A closed session launches no agent again: its MCP credentials leave memory.
-        self.cp.supervisor.settings.client_mcp.forget(session_id)
+        self.cp.settings.client_mcp.forget(session_id)
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ class ServeAgent:
         blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
         feed = TurnFeed(asyncio.get_running_loop())
         # Watch before enqueueing: every event of the new command is committed after this.
-        unwatch = self.cp.store.watch_session(session_id, feed.on_commit)
+        unwatch = self.cp.watch_session(session_id, feed.on_commit)
         try:
             try:
                 command = await asyncio.wrap_future(
@@ -311,7 +311,7 @@ class ServeAgent:
 
     async def _forward_stored(self, session_id: str, command_id: str, last: int) -> int:
         """Send the command's updates found in the log above ``last``."""
-        stored = await asyncio.to_thread(self.cp.store.command_events, session_id, command_id)
+        stored = await asyncio.to_thread(self.cp.command_events, session_id, command_id)
         return await self._forward(session_id, command_id, stored, last)
 
     async def _forward(

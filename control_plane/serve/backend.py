@@ -16,12 +16,7 @@ from protocol.agent.permissions import Decision, PermissionBroker, PermissionPol
 from protocol.agent.types import NullRecorder
 from protocol.face.rpc_errors import agent_refused
 from state_machines import ControlPlaneError
-from store import (
-    AgentSpec,
-    ops,
-    queries,
-)
-from store.hashing import command_hash
+from store import AgentSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,29 +30,26 @@ class BackendProbe:
         """What the backend agent answers to ``initialize``: from the store, where every
         start of that agent command records it; only the very first time, from a start of
         the agent for the purpose (then recorded too)."""
-        command_key = command_hash(self.agent.command)
-        cached = self.cp.store.read(lambda c: queries.agent_capabilities(c, command_key))
+        cached = self.cp.agent_capabilities(self.agent.command)
         if cached is not None:
             return cached
-        settings = self.cp.supervisor.settings
+        settings = self.cp.settings
         conn = self._connection("capability-probe")
         try:
-            init = self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            init = self.cp.run_on_loop(conn.start(), settings.agent_start_timeout_s)
         except ControlPlaneError as exc:
             log.warning("backend agent did not start for the capability probe: %s", exc)
             return {}
         finally:
-            self.cp.loop.call(conn.stop(), 30)
+            self.cp.run_on_loop(conn.stop(), 30)
         answer = init.model_dump(by_alias=True, exclude_none=True)
-        self.cp.store.write(
-            lambda ctx: ops.record_agent_capabilities(ctx, self.agent.command, answer)
-        )
+        self.cp.record_agent_capabilities(self.agent.command, answer)
         return answer
 
     def _connection(self, purpose: str) -> AgentConnection:
         """A backend agent process of serve's own, outside any session (it asks nothing
         of the client: permissions are denied)."""
-        settings = self.cp.supervisor.settings
+        settings = self.cp.settings
         launch = replace(
             launch_agent(self.agent, os.getcwd(), purpose, settings), stderr_path=os.devnull
         )
@@ -65,14 +57,14 @@ class BackendProbe:
         return AgentConnection(launch, NullRecorder(), broker)
 
     def authenticate(self, method_id: str) -> dict[str, Any]:
-        settings = self.cp.supervisor.settings
+        settings = self.cp.settings
         conn = self._connection("authenticate")
         try:
-            self.cp.loop.call(conn.start(), settings.agent_start_timeout_s)
+            self.cp.run_on_loop(conn.start(), settings.agent_start_timeout_s)
             # A login may wait for a person (a browser flow): as long as a turn may take.
-            return self.cp.loop.call(conn.authenticate(method_id), settings.turn_timeout_s)
+            return self.cp.run_on_loop(conn.authenticate(method_id), settings.turn_timeout_s)
         except ControlPlaneError as exc:
             agent_error = getattr(exc, "agent_error", None)
             raise agent_refused({"agentError": agent_error, "error": str(exc)}) from exc
         finally:
-            self.cp.loop.call(conn.stop(), 30)
+            self.cp.run_on_loop(conn.stop(), 30)

@@ -16,23 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from state_machines import StoreError, StoreUnavailable
-from store import Store
 
 log = logging.getLogger("acpctl.serve")
 
 STORE_CHECK_INTERVAL_S = 1.0
 
 
-async def watch_store(store: Store, fault_s: float, interval_s: float) -> StoreError:
+StoreFault = Callable[[float], StoreError | None]  # ControlPlane.store_fault
+
+
+async def watch_store(store_fault: StoreFault, fault_s: float, interval_s: float) -> StoreError:
     """Return (as the reason to stop) once the store has refused writes for ``fault_s``, or
     refuses them for good (its file deleted, replaced or damaged)."""
     while True:
         await asyncio.sleep(interval_s)
-        fault = store.persistent_fault(fault_s)
+        fault = store_fault(fault_s)
         if fault is not None:
             return fault
 
@@ -40,13 +42,13 @@ async def watch_store(store: Store, fault_s: float, interval_s: float) -> StoreE
 async def run_until_exit(
     listen: Coroutine[Any, Any, Any],
     pump: asyncio.Task[None],
-    store: Store,
+    store_fault: StoreFault,
     fault_s: float,
     interval_s: float = STORE_CHECK_INTERVAL_S,
 ) -> int:
     """Run the connection until it ends or the store fails for good; the exit code."""
     listening = asyncio.ensure_future(listen)
-    watching = asyncio.ensure_future(watch_store(store, fault_s, interval_s))
+    watching = asyncio.ensure_future(watch_store(store_fault, fault_s, interval_s))
     try:
         await asyncio.wait({listening, watching}, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -50,7 +50,7 @@ async def serve(
         )
         try:
             return await run_until_exit(
-                conn.listen(), pump, cp.store, config.timeouts.store_fault_s
+                conn.listen(), pump, cp.store_fault, config.timeouts.store_fault_s
             )
         finally:
             server.watches.close()

@@ -13,9 +13,6 @@ from acp.schema import (
 
 from protocol.face.rpc_errors import to_request_error
 from state_machines import SessionNotFound
-from store import (
-    queries,
-)
 
 if TYPE_CHECKING:
     from control_plane.serve.agent import ServeAgent
@@ -35,7 +32,7 @@ class UpstreamClient:
     def _cp_session(self, acp_session_id: str) -> str:
         assert self.agent is not None
         cp = self.agent.cp
-        found = cp.store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
+        found = cp.session_for_acp(acp_session_id)
         if found is None:
             raise to_request_error(SessionNotFound(acp_session_id))
         return found

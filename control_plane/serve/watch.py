@@ -17,7 +17,7 @@ from typing import Any
 from control_plane.api import ControlPlane
 from protocol.face.replay import update_of
 from state_machines.event_kinds import EventKind
-from store import CommittedEvent, EventRecord, SessionCommit, queries
+from store import CommittedEvent, EventRecord, SessionCommit
 
 # The outcome of an agent start: ready (with what it offers) or refused.
 SETUP_KINDS = (EventKind.AGENT_STARTED, EventKind.AGENT_START_FAILED)
@@ -41,7 +41,7 @@ class SessionWatches:
         if hold:
             self._held.setdefault(session_id, [])
         if session_id not in self._unwatch:
-            self._unwatch[session_id] = self._cp.store.watch_session(
+            self._unwatch[session_id] = self._cp.watch_session(
                 session_id, lambda share: self._on_commit(session_id, share)
             )
 
@@ -74,12 +74,10 @@ class SessionWatches:
 
     def latest_setup(self, session_id: str) -> EventRecord | None:
         """The session's latest agent start outcome in the store (any thread)."""
-        return self._cp.store.read(lambda c: queries.latest_event(c, session_id, SETUP_KINDS))
+        return self._cp.latest_event(session_id, SETUP_KINDS)
 
     def _stored_setup(self, session_id: str, after_seq: int) -> EventRecord | None:
-        found = self._cp.store.read(
-            lambda c: queries.events_of_kinds_after(c, session_id, SETUP_KINDS, after_seq)
-        )
+        found = self._cp.events_of_kinds(session_id, SETUP_KINDS, after_seq)
         return found[0] if found else None
 
     # -- from the writer thread --------------------------------------------------------------

@@ -54,19 +54,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import hmac
 import json
 import logging
 import os
-import secrets
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from control_plane.agents import agent_from_command
+from control_plane.subagents.credentials import BridgeCredentials
+from control_plane.subagents.host import SubagentHost
 from control_plane.subagents.rules import (
     BRIDGE_WORKERS,
     MAX_REQUEST_BYTES,
@@ -75,16 +73,10 @@ from control_plane.subagents.rules import (
     BridgeRefused,
     _Share,
     parse_wait,
-    socket_path,
     spawn_key,
 )
-from control_plane.subagents.wire import SECRET_ENV
 from state_machines import ControlPlaneError, SessionState
-from store import queries
 from store.ops.announce import status_of
-
-if TYPE_CHECKING:
-    from control_plane.api import ControlPlane
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +84,10 @@ T = TypeVar("T")
 
 
 class SubagentBridge:
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: SubagentHost, credentials: BridgeCredentials) -> None:
         self.cp = cp
-        self.key = secrets.token_bytes(32)  # this process's only: see the module docstring
-        self.path = socket_path(cp.store.path)
+        self.credentials = credentials
+        self.path = credentials.path
         self._server: asyncio.AbstractServer | None = None
         self._pool = ThreadPoolExecutor(BRIDGE_WORKERS, thread_name_prefix="cp-bridge")
         self._shares: dict[str, _Share] = {}  # on the loop only
@@ -104,27 +96,6 @@ class SubagentBridge:
         self._busy = 0  # requests on the pool now (any thread; under _busy_lock)
         self._busy_lock = threading.Lock()
         self._unsubscribe: Callable[[], None] | None = None
-
-    def secret_for(self, session_id: str) -> str:
-        return hmac.new(self.key, session_id.encode(), hashlib.sha256).hexdigest()
-
-    def mcp_servers_for(self, session_id: str) -> list[dict[str, Any]]:
-        """The ``mcpServers`` entry handed to the session's agent in ``session/new``."""
-        return [
-            {
-                "name": "acp-control-plane",
-                "command": sys.executable,
-                "args": [
-                    "-m",
-                    "control_plane.subagents.mcp_server",
-                    "--socket",
-                    self.path,
-                    "--session",
-                    session_id,
-                ],
-                "env": [{"name": SECRET_ENV, "value": self.secret_for(session_id)}],
-            }
-        ]
 
     # -- lifecycle (on the protocol loop) ------------------------------------------------
 
@@ -135,7 +106,7 @@ class SubagentBridge:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(self._wake, command_ids)
 
-        self._unsubscribe = self.cp.store.subscribe_commands(finished)
+        self._unsubscribe = self.cp.on_commands_finished(finished)
         if os.path.exists(self.path):
             os.unlink(self.path)  # a socket left by a process that died
         self._server = await asyncio.start_unix_server(
@@ -210,7 +181,7 @@ class SubagentBridge:
             not isinstance(session_id, str)
             or not session_id
             or not isinstance(given, str)
-            or not hmac.compare_digest(given.encode(), self.secret_for(session_id).encode())
+            or not self.credentials.accepts(session_id, given)
         ):
             raise BridgeRefused("refused: missing or wrong session secret")
         args = request.get("args") or {}
@@ -305,7 +276,7 @@ class SubagentBridge:
 
     def _descendant(self, session_id: str, args: dict[str, Any]) -> str:
         child = str(args.get("id") or "")
-        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
+        tree = self.cp.descendants(session_id)
         if child not in tree:
             raise BridgeRefused(f"refused: {child!r} is not a subagent of this session")
         return child
@@ -326,7 +297,7 @@ class SubagentBridge:
         return {"id": spawned.session.id, "mode": mode, "state": spawned.session.state.value}
 
     def _list(self, session_id: str) -> list[dict[str, Any]]:
-        tree = self.cp.store.read(lambda c: queries.descendants(c, session_id))
+        tree = self.cp.descendants(session_id)
         listed = []
         for child_id in tree:
             child = self.cp.get(child_id)

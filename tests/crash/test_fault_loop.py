@@ -233,7 +233,7 @@ class RefusalMonitor(threading.Thread):
     def run(self) -> None:
         since: float | None = None
         while not self.stopping.wait(0.01):
-            fault = self.cp.store.persistent_fault(0)
+            fault = self.cp.store_fault(0)
             now = time.monotonic()
             if fault is not None and since is None:
                 since = now
@@ -459,7 +459,7 @@ def _report(cp: ControlPlane, warnings: Warnings, work_dir: Path, lives: int) ->
         for c in cp.commands(s.id):
             if c.state not in FINAL:
                 lines.append(f"  command {c.id} seq={c.seq} state={c.state} attempts={c.attempts}")
-    lines.append(f"live actors: {cp.supervisor.live_sessions()}")
+    lines.append(f"live actors: {cp.live_sessions()}")
     lines += [f"{t:.2f} {name}: {msg}" for t, name, msg in warnings.records[-40:]]
     for life in range(max(0, lives - 2), lives):
         lines.append(f"--- driver life {life} (tail)\n" + _log(work_dir, life)[-1500:])
@@ -640,7 +640,7 @@ def test_fault_loop(
 
         def settled() -> bool:
             sessions = cp.list_sessions(limit=100)
-            return not cp.supervisor.live_sessions() and all(
+            return not cp.live_sessions() and all(
                 s.state is SessionState.IDLE and s.owner is None for s in sessions
             )
 
@@ -655,7 +655,7 @@ def test_fault_loop(
         assert cp.wait_delivered(max(1.0, deadline - time.monotonic())), "delivery stuck"
         settle_s = time.monotonic() - cleared
         _check_actor_failures(warnings, report)
-        assert cp.store.persistent_fault(0) is None
+        assert cp.store_fault(0) is None
 
         # Every command acknowledged to the live client is the one the store holds.
         for (i, j), command_id in work.acknowledged.items():
@@ -794,9 +794,9 @@ def test_a_prompt_during_a_slow_passivation_is_not_recovered_as_a_dead_owners(
         sid = spawned.session.id
         slow.set()
         deadline = time.monotonic() + 10
-        while cp.supervisor.live_sessions() and time.monotonic() < deadline:
+        while cp.live_sessions() and time.monotonic() < deadline:
             time.sleep(0.02)  # passivating: the actor is "dead", its on_stop sleeps
-        assert not cp.supervisor.live_sessions()
+        assert not cp.live_sessions()
         slow.clear()
         command = cp.prompt(sid, "#chunks=40 #delay=50 during the passivation")
         outcome = cp.wait(command.id, 60)

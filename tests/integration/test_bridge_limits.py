@@ -30,7 +30,7 @@ def _asker(cp: Any):  # type: ignore[no-untyped-def]
     assert bridge is not None
 
     def ask(session: str, op: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-        request = {"session": session, "secret": bridge.secret_for(session), "op": op}
+        request = {"session": session, "secret": bridge.credentials.secret_for(session), "op": op}
         return call_bridge(bridge.path, {**request, "args": args}, timeout=timeout)
 
     return ask
@@ -189,7 +189,7 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(tmp_path:
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
-        entry = bridge.mcp_servers_for(a)[0]
+        entry = bridge.credentials.mcp_servers_for(a)[0]
         env = [*entry["env"], {"name": "PYTHONPATH", "value": os.environ["PYTHONPATH"]}]
         server = SimpleNamespace(
             command=entry["command"],

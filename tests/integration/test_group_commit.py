@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from state_machines import IdempotencyConflict, StoreError
-from store import CommandKind, Store, WriteContext, ops
+from store import CommandKind, Store, ops
+from store.writer import WriteContext
 from tests.conftest import AGENT
 
 PAYLOAD = {"content": [{"type": "text", "text": "hello"}]}

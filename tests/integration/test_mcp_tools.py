@@ -87,16 +87,21 @@ def test_bridge_refuses_wrong_or_missing_secrets_and_other_sessions_children(
                 request["secret"] = secret
             return call_bridge(bridge.path, request, timeout=30)
 
-        for secret in (None, "", "0" * 64, bridge.secret_for(b)):  # b's secret is wrong for a
+        for secret in (
+            None,
+            "",
+            "0" * 64,
+            bridge.credentials.secret_for(b),
+        ):  # b's secret is wrong for a
             answer = ask(a, secret, "list_subagents", {})
             assert answer == {"ok": False, "error": "refused: missing or wrong session secret"}
-        mine = ask(a, bridge.secret_for(a), "list_subagents", {})
+        mine = ask(a, bridge.credentials.secret_for(a), "list_subagents", {})
         assert mine == {"ok": True, "result": []}  # a sees no children of b
         for op in ("subagent_result", "cancel_subagent", "send_to_subagent"):
-            answer = ask(a, bridge.secret_for(a), op, {"id": b_child, "message": "x"})
+            answer = ask(a, bridge.credentials.secret_for(a), op, {"id": b_child, "message": "x"})
             assert answer["ok"] is False and "not a subagent of this session" in answer["error"]
         assert cp.get(b_child).state is not SessionState.CLOSED
-        theirs = ask(b, bridge.secret_for(b), "list_subagents", {})
+        theirs = ask(b, bridge.credentials.secret_for(b), "list_subagents", {})
         assert [c["id"] for c in theirs["result"]] == [b_child]
 
 
@@ -127,7 +132,7 @@ def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_i
         )
         try:
             assert other.stdout is not None and other.stdout.readline().strip() == "open"
-            request = {"session": session, "secret": bridge.secret_for(session)}
+            request = {"session": session, "secret": bridge.credentials.secret_for(session)}
             answer = call_bridge(bridge.path, {**request, "op": "list_subagents", "args": {}})
             assert answer == {"ok": True, "result": []}  # the first process's tools still work
         finally:

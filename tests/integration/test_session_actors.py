@@ -143,12 +143,12 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_pat
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 30).ok
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
-        eventually(lambda: sid not in cp.supervisor.live_sessions())
+        eventually(lambda: sid not in cp.live_sessions())
         eventually(lambda: not pid_alive(pid))
         eventually(lambda: cp.get(sid).owner is None)  # ownership released while passive
         nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
         assert nxt.ok and "remember the plum" in nxt.text
-        assert cp.supervisor.activations == 2
+        assert cp._supervisor.activations == 2
 
 
 @pytest.mark.timeout(120)
@@ -167,14 +167,14 @@ def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
             sid = spawned.session.id
             sids.append(sid)
             pids.append(next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started"))
-        eventually(lambda: sorted(cp.supervisor.live_sessions()) == sorted(sids[3:]))
+        eventually(lambda: sorted(cp.live_sessions()) == sorted(sids[3:]))
         for pid in pids[:3]:
             eventually(lambda pid=pid: not pid_alive(pid))
         assert all(pid_alive(pid) for pid in pids[3:])
         back = cp.wait(cp.prompt(sids[0], "#history").id, 30)
         assert back.ok and "remember fruit 0" in back.text
         # sids[0] is now the most recent: the least recent of the other two goes instead
-        eventually(lambda: sorted(cp.supervisor.live_sessions()) == sorted([sids[0], sids[4]]))
+        eventually(lambda: sorted(cp.live_sessions()) == sorted([sids[0], sids[4]]))
 
 
 def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
@@ -200,7 +200,7 @@ def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) 
             time.sleep(0.02)
         assert all(cp.result(i).state is CommandState.CANCELLED for i in ids)  # type: ignore[union-attr]
         assert peak == 2
-        assert cp.supervisor.slots.peak <= 2
+        assert cp._supervisor.slots.peak <= 2
 
 
 def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None:
@@ -231,7 +231,7 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.close_session(sid)
-        eventually(lambda: sid not in cp.supervisor.live_sessions())
+        eventually(lambda: sid not in cp.live_sessions())
         eventually(lambda: not pid_alive(pid))
 
 
@@ -243,7 +243,7 @@ def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 30).ok
-        ref = cp.supervisor._actors[spawned.session.id]
+        ref = cp._supervisor._actors[spawned.session.id]
         with caplog.at_level("ERROR"):
             ref.ask("not a message", timeout=10)
         assert "unknown message" in caplog.text

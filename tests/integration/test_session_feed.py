@@ -15,7 +15,8 @@ import pytest
 
 from actors.session.recorder import StoreRecorder
 from state_machines import CommandState, IllegalTransition
-from store import NewEvent, SessionCommit, Store, WriteContext, ops
+from store import NewEvent, SessionCommit, Store, ops
+from store.writer import WriteContext
 from tests.conftest import AGENT
 
 PROMPT = [{"type": "text", "text": "hello"}]

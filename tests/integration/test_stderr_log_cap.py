@@ -174,7 +174,7 @@ def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path) -
     with open_cp(tmp_path, agent_log_max_bytes=CAP) as cp:
         spawned = cp.spawn(AgentSpec("stderr-agent", AGENT), tmp_path, f"{total} 4 first")
         assert spawned.command is not None
-        log = Path(cp.supervisor.settings.log_dir) / f"{spawned.session.id}.stderr.log"
+        log = Path(cp.settings.log_dir) / f"{spawned.session.id}.stderr.log"
         sampler = Sampler(log)
         first = cp.wait(spawned.command.id, 45)
         peak = sampler.stop()

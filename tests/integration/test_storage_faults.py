@@ -140,7 +140,7 @@ def test_a_full_disk_for_a_while_wedges_no_session_and_the_work_finishes_after(
             assert chunks == 20 and kinds[-1] == "turn_ended"
         for sid in sessions:
             assert cp.get(sid).state is SessionState.IDLE
-        assert cp.store.persistent_fault(0) is None
+        assert cp.store_fault(0) is None
 
 
 @pytest.mark.timeout(120)
@@ -189,7 +189,7 @@ def test_a_store_file_deleted_under_a_running_control_plane_refuses_writes_loudl
             side.unlink()
         with pytest.raises(StoreError, match="deleted or replaced"):
             cp.prompt(spawned.session.id, "after the delete")
-        assert cp.store.persistent_fault(3600) is not None  # a batch would stop at once
+        assert cp.store_fault(3600) is not None  # a batch would stop at once
 
 
 @pytest.mark.timeout(60)
@@ -204,7 +204,7 @@ def test_a_close_the_store_refuses_is_reported_not_taken_for_done(tmp_path: Path
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 60).state is CommandState.COMPLETED
         sid = spawned.session.id
-        assert sid in cp.supervisor.live_sessions()  # the close goes through its actor
+        assert sid in cp.live_sessions()  # the close goes through its actor
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLD_LOCK, str(db), "3"], stdout=subprocess.PIPE, text=True
         )

@@ -207,7 +207,7 @@ def test_a_store_truncated_under_a_running_control_plane_gives_typed_errors(
         ):
             with pytest.raises(StoreDamaged, match="is damaged"):
                 call()
-        assert isinstance(cp.store.persistent_fault(3600), StoreDamaged)  # a batch stops
+        assert isinstance(cp.store_fault(3600), StoreDamaged)  # a batch stops
         reader = AsyncReader(str(db))
 
         async def read_async() -> None:

@@ -106,7 +106,7 @@ def test_a_child_of_a_closed_parent_does_not_announce_but_keeps_its_result(
         child = cp.spawn(agent, tmp_path, "#chunks=3 #delay=200 slow child", parent=root)
         assert child.command is not None
         eventually(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
-        cp.store.close_session(root)  # the parent alone (as if by another process)
+        cp._store.close_session(root)  # the parent alone (as if by another process)
         assert cp.wait(child.command.id, 30).ok  # the child's result stays readable
         time.sleep(1.0)
         assert _announces(cp, root) == []

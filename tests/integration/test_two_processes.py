@@ -124,7 +124,7 @@ class _Watch:
 
         def run() -> None:
             while not self._stop.is_set():
-                if session_id in b.supervisor.live_sessions():
+                if session_id in b.live_sessions():
                     self.live_at.append(time.monotonic())
                 self.agents.update(_my_agents(work))
                 time.sleep(0.005)
@@ -214,7 +214,7 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
             after = b.get(sid)
             assert after.owner == me
             assert after.epoch > before.epoch
-            assert sid in b.supervisor.live_sessions()
+            assert sid in b.live_sessions()
             assert b.command(first_id).attempts == 2
             assert b.command(follow_up.id).attempts == 1
 

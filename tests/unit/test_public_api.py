@@ -68,6 +68,47 @@ def test_public_all_is_pinned() -> None:
         _ = control_plane.NoSuchName  # type: ignore[attr-defined]
 
 
+# What a ControlPlane offers: the host API, then the narrow front-end services
+# (control_plane/services.py). The store, actors, loop and delivery are not on this list.
+PINNED_CONTROL_PLANE = [
+    *("bind_jsonl", "cancel", "children", "close", "close_session", "command", "commands"),
+    *("events", "export_jsonl", "follow", "get", "list_sessions", "open", "prompt"),
+    *("recovery", "register_callback", "result", "set_config_option", "set_mode", "spawn"),
+    *("submit_prompt", "wait", "wait_delivered"),
+    *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
+    *("latest_event", "live_sessions", "on_commands_finished", "on_events_committed"),
+    *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
+    *("settings", "store_fault", "store_path", "watch_session"),
+]
+
+# What the store package offers the layers above it: records, the Store and its options.
+# Write contexts and fault injection are reached through their own modules only.
+PINNED_STORE_ALL = [
+    *("AgentSpec", "AsyncReader", "BindingRecord", "BindingSpec", "CommandKind"),
+    *("CommandRecord", "CommittedEvent", "EnqueueResult", "EventRecord", "IntegrityCheck"),
+    *("NewEvent", "RecoveryReport", "SessionCommit", "SessionRecord", "SinkKind"),
+    *("SpawnResult", "Store", "StoreOptions", "SubagentLimits", "Synchronous"),
+]
+
+
+def test_control_plane_keeps_the_store_and_the_actors_private(tmp_path: Path) -> None:
+    public = sorted(name for name in dir(ControlPlane) if not name.startswith("_"))
+    assert public == sorted(PINNED_CONTROL_PLANE)
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+        for machinery in ("store", "delivery", "loop", "supervisor"):
+            assert not hasattr(cp, machinery)
+        assert cp.store_path == str(tmp_path / "cp.db")
+
+
+def test_store_offers_no_write_context_or_fault_injection() -> None:
+    import store
+
+    assert sorted(store.__all__) == sorted(PINNED_STORE_ALL)
+    for internal in ("WriteContext", "InjectedFault"):
+        assert internal not in store.__all__
+        assert not hasattr(store, internal)
+
+
 def test_every_error_is_a_control_plane_error() -> None:
     for name in PINNED_ALL:
         obj = getattr(control_plane, name)
@@ -121,7 +162,7 @@ def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> N
     sink = tmp_path / "sink.jsonl"
     with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, "hi", jsonl_sink=sink).session.id
-        cp.store.append_events(sid, None, [NewEvent("tick", {})])
+        cp._store.append_events(sid, None, [NewEvent("tick", {})])
         assert cp.wait_delivered(10)
     kinds = [json.loads(line)["kind"] for line in sink.read_text().splitlines()]
     assert kinds == ["session_created", "tick"]
@@ -132,7 +173,7 @@ def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None
     done = threading.Event()
     with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, callback_sink="host").session.id
-        cp.store.append_events(sid, None, [NewEvent("tick", {})])
+        cp._store.append_events(sid, None, [NewEvent("tick", {})])
 
         def on_event(event: control_plane.EventRecord) -> None:
             got.append(event.seq)
@@ -147,7 +188,7 @@ def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None
 def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
     with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
         sid = cp.spawn(["my-agent"], tmp_path, "list files").session.id
-        cmd = cp.store.claim_next(sid)
+        cmd = cp._store.claim_next(sid)
         assert cmd is not None
         raw = json.dumps(
             {
@@ -158,7 +199,7 @@ def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
                 },
             }
         )
-        cp.store.append_events(
+        cp._store.append_events(
             sid,
             cmd.id,
             [

@@ -1,0 +1,105 @@
+"""The narrow part of ``ControlPlane`` that the product's own front ends use: serve, batch
+and the subagent bridge. Hosts may call these too; what they never get is the store, the
+actors or the protocol loop themselves (``ControlPlane._store`` and friends are private).
+
+Each method names one fact a front end needs, so a second store engine or a remote control
+plane has a short list to implement, not the store's whole surface."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from actors.settings import RuntimeSettings
+from actors.supervisor import Supervisor
+from protocol.loop import ProtocolLoop
+from state_machines import StoreError
+from store import EventRecord, SessionRecord, Store, ops, queries
+from store.feed import SessionCommit
+from store.hashing import command_hash
+
+T = TypeVar("T")
+
+
+class FrontEndServices:
+    _store: Store
+    _loop: ProtocolLoop
+    _supervisor: Supervisor
+
+    # -- configuration and wiring --------------------------------------------------------
+
+    @property
+    def settings(self) -> RuntimeSettings:
+        """The runtime settings every session is launched with (read them; the in-memory
+        registries in them, ``client_mcp`` and ``agent_profiles``, are meant to be used)."""
+        return self._supervisor.settings
+
+    @property
+    def store_path(self) -> str:
+        return self._store.path
+
+    def run_on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
+        """Run ``coro`` on the protocol loop (where agent connections live) and wait for
+        it from this thread. Never call it from the loop itself."""
+        return self._loop.call(coro, timeout)
+
+    def store_fault(self, min_s: float) -> StoreError | None:
+        """The store's refusal once every write has failed for ``min_s`` seconds (or at once
+        for a damaged file); None while it takes writes."""
+        return self._store.persistent_fault(min_s)
+
+    def live_sessions(self) -> list[str]:
+        """Ids of the sessions that have a live actor in this process now."""
+        return self._supervisor.live_sessions()
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def descendants(self, session_id: str) -> list[str]:
+        """Every session below ``session_id``, parents before their children."""
+        return self._store.read(lambda c: queries.descendants(c, session_id))
+
+    def session_by_key(self, idempotency_key: str) -> SessionRecord | None:
+        """The session a spawn with this idempotency key created, if any."""
+        return self._store.session_by_key(idempotency_key)
+
+    def session_for_acp(self, acp_session_id: str) -> str | None:
+        """The session that holds this agent-side ACP session id."""
+        return self._store.read(lambda c: queries.session_id_for_acp(c, acp_session_id))
+
+    def command_events(self, session_id: str, command_id: str) -> list[EventRecord]:
+        return self._store.command_events(session_id, command_id)
+
+    def latest_event(self, session_id: str, kinds: tuple[str, ...]) -> EventRecord | None:
+        return self._store.read(lambda c: queries.latest_event(c, session_id, kinds))
+
+    def events_of_kinds(
+        self, session_id: str, kinds: tuple[str, ...], after_seq: int = 0
+    ) -> list[EventRecord]:
+        return self._store.read(
+            lambda c: queries.events_of_kinds_after(c, session_id, kinds, after_seq)
+        )
+
+    def agent_capabilities(self, command: tuple[str, ...] | list[str]) -> dict[str, Any] | None:
+        """What this agent command answered to ``initialize`` when it last started."""
+        key = command_hash(command)
+        return self._store.read(lambda c: queries.agent_capabilities(c, key))
+
+    def record_agent_capabilities(self, command: Sequence[str], answer: dict[str, Any]) -> None:
+        self._store.write(lambda ctx: ops.record_agent_capabilities(ctx, command, answer))
+
+    # -- after-commit notifications (called on the store's writer thread: keep them short) --
+
+    def watch_session(
+        self, session_id: str, listener: Callable[[SessionCommit], None]
+    ) -> Callable[[], None]:
+        """``listener`` gets each commit touching the session (its events and finished
+        commands, store/feed.py); returns the function that stops it."""
+        return self._store.watch_session(session_id, listener)
+
+    def on_commands_finished(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
+        """``listener(command_ids)`` after each commit in which commands became final."""
+        return self._store.subscribe_commands(listener)
+
+    def on_events_committed(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
+        """``listener(session_ids)`` after each commit that appended events."""
+        return self._store.subscribe(listener)
