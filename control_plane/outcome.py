@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from state_machines import CommandState
+from state_machines import CommandState, OutcomeStatus, outcome_status
 from store import CommandRecord
 
 
@@ -19,6 +19,15 @@ class Outcome:
     error: str | None
     # The agent's own JSON-RPC error ({"code", "message", "data"}) when it answered with one.
     agent_error: dict[str, Any] | None = None
+    timed_out: bool = False  # the turn timeout failed it
+
+    @property
+    def status(self) -> OutcomeStatus:
+        """The same word a subagent announce and a batch results file use."""
+        status = outcome_status(self.state, {"timedOut": self.timed_out})
+        if status is None:
+            raise ValueError(f"command {self.command_id} is not final: {self.state.value}")
+        return status
 
     @property
     def interrupted(self) -> bool:
@@ -40,4 +49,5 @@ class Outcome:
             usage=result.get("usage"),
             error=command.error,
             agent_error=result.get("agentError"),
+            timed_out=bool(result.get("timedOut")),
         )

@@ -20,6 +20,7 @@ from state_machines.errors import (
     StoreUnavailable,
 )
 from state_machines.event_kinds import EventKind
+from state_machines.outcome_status import OutcomeStatus, outcome_status
 from state_machines.queue_modes import QueueMode
 from state_machines.session import SESSION_MACHINE, TURN_STATES, SessionEvent, SessionState
 from state_machines.table import TransitionTable
@@ -40,6 +41,7 @@ __all__ = [
     "IdempotencyConflict",
     "IllegalTransition",
     "LimitExceeded",
+    "OutcomeStatus",
     "OwnedElsewhere",
     "QueueMode",
     "SessionClosed",
@@ -51,4 +53,5 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TransitionTable",
+    "outcome_status",
 ]

@@ -24,7 +24,7 @@ from typing import Any
 from control_plane.api import ControlPlane
 from control_plane.batch.tasks import Task
 from protocol.atomic_file import write_text_atomically
-from state_machines import CommandState, SessionState, StoreUnavailable
+from state_machines import CommandState, SessionState, StoreUnavailable, outcome_status
 from store import AgentSpec, CommandRecord, SessionRecord
 
 
@@ -200,12 +200,8 @@ class BatchRun:
         for run in self.runs:
             command = self.cp.command(run.command_id)
             result = command.result or {}
-            status = {
-                CommandState.COMPLETED: "ok",
-                CommandState.FAILED: "failed",
-                CommandState.CANCELLED: "cancelled",
-                CommandState.INTERRUPTED: "interrupted",
-            }.get(command.state, command.state.value)
+            # A finished run in the vocabulary announce uses; queued or running as such.
+            status = outcome_status(command.state, result) or command.state.value
             rows.append(
                 {
                     "id": run.task.id,

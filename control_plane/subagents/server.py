@@ -76,7 +76,6 @@ from control_plane.subagents.rules import (
     spawn_key,
 )
 from state_machines import ControlPlaneError, SessionState
-from store.ops.announce import status_of
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +325,7 @@ class SubagentBridge:
             return None
         return {
             "id": child,
-            "status": status_of(self.cp.command(command_id)),
+            "status": outcome.status.value,
             "text": outcome.text,
             "stopReason": outcome.stop_reason,
             "error": outcome.error,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from state_machines import CommandState, SessionState
+from state_machines import OutcomeStatus, SessionState, outcome_status
 from state_machines.event_kinds import EventKind
 from store import queries
 from store.ops.commands import enqueue
@@ -21,18 +21,12 @@ from store.records import CommandKind, CommandRecord, NewEvent
 from store.writer import WriteContext
 
 
-def status_of(command: CommandRecord) -> str:
-    """The run's status word, from its final state (and ``timedOut`` of its result, which a
-    turn timeout sets): never from the model's text or an error message."""
-    if command.state is CommandState.COMPLETED:
-        return "ok"
-    if command.state is CommandState.CANCELLED:
-        return "cancelled"
-    if command.state is CommandState.INTERRUPTED:
-        return "interrupted"
-    if (command.result or {}).get("timedOut"):
-        return "timeout"
-    return "error"
+def status_of(command: CommandRecord) -> OutcomeStatus:
+    """The finished run's status (state_machines/outcome_status.py)."""
+    status = outcome_status(command.state, command.result)
+    if status is None:
+        raise ValueError(f"command {command.id} is not final: {command.state.value}")
+    return status
 
 
 def announce_finished_runs(

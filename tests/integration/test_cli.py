@@ -165,7 +165,7 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     code, _ = _run(*args)
     assert code == 1  # the timed-out task failed
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in results] == ["ok", "ok", "ok", "failed"]
+    assert [r["status"] for r in results] == ["ok", "ok", "ok", "timeout"]
     assert "timeout" in results[3]["error"]
     invocations = (tmp_path / "inv.jsonl").read_text().splitlines()
     code, _ = _run(*args)

@@ -40,6 +40,7 @@ PINNED_ALL = [
     "IntegrityCheck",
     "LimitExceeded",
     "Outcome",
+    "OutcomeStatus",
     "OwnedElsewhere",
     "PermissionPolicy",
     "QueueMode",
