@@ -15,9 +15,15 @@ import operator
 import sqlite3
 from typing import Any
 
-from state_machines import CommandState
+from state_machines import COMMAND_MACHINE, CommandEvent, CommandState, SessionState
 from store.records import CommandKind, CommandRecord, EventRecord, utc
 from store.schema import commands, events
+
+# State literals come from the enums and the transition table, never typed into the SQL.
+_QUEUED = CommandState.QUEUED.value
+_CLOSED = SessionState.CLOSED.value
+(_CLAIMED,) = (s.value for s in COMMAND_MACHINE.targets(CommandEvent.CLAIM))
+(_CLAIMABLE,) = (s.value for s in COMMAND_MACHINE.sources(CommandEvent.CLAIM))
 
 COMMAND_COLUMNS = tuple(c.name for c in commands.columns)
 _CMD_COLS = ", ".join(COMMAND_COLUMNS)
@@ -29,22 +35,22 @@ COMMAND_BY_KEY = (
 )
 NEXT_COMMAND_SEQ = (
     "UPDATE sessions SET last_command_seq = last_command_seq + 1 "
-    "WHERE id = ? AND state != 'closed' RETURNING last_command_seq"
+    f"WHERE id = ? AND state != '{_CLOSED}' RETURNING last_command_seq"
 )
 SESSION_STATE = "SELECT state FROM sessions WHERE id = ?"
 # What a session actor needs before claiming: its state and whether anything is queued.
 SESSION_WORK = (
     "SELECT s.state, EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id "
-    "AND c.state = 'queued') FROM sessions s WHERE s.id = ?"
+    f"AND c.state = '{_QUEUED}') FROM sessions s WHERE s.id = ?"
 )
 SESSION_QUEUE_MODE = "SELECT queue_mode FROM sessions WHERE id = ?"
 INSERT_COMMAND = (
     f"INSERT INTO commands ({_CMD_COLS}) VALUES ({', '.join('?' for _ in COMMAND_COLUMNS)})"
 )
 CLAIM_NEXT = (
-    "UPDATE commands SET state = 'running', attempts = attempts + 1, started_at = ?, "
+    f"UPDATE commands SET state = '{_CLAIMED}', attempts = attempts + 1, started_at = ?, "
     "updated_at = ? WHERE id = (SELECT id FROM commands WHERE session_id = ? "
-    "AND state = 'queued' ORDER BY priority DESC, seq LIMIT 1) "
+    f"AND state = '{_CLAIMABLE}' ORDER BY priority DESC, seq LIMIT 1) "
     f"RETURNING {_CMD_COLS}"
 )
 NEXT_EVENT_SEQ = (
