@@ -162,16 +162,20 @@ def _submitter(
         for i in range(count):
             command_id = writer.call(_enqueue(session_id, f"{tag}-{i}"))
             at = time.time()
-            claimed = writer.call(
-                lambda c, at=at: c.execute(hot.CLAIM_NEXT, (at, at, session_id)).fetchone()
-            )
+
+            def claim(c: sqlite3.Connection, at: float = at) -> Any:
+                return c.execute(hot.CLAIM_NEXT, (at, at, session_id)).fetchone()
+
+            claimed = writer.call(claim)
             if claimed is None or claimed[0] != command_id:
                 raise RuntimeError(f"claimed {claimed!r}, expected {command_id}")
-            done = writer.call(
-                lambda c, cid=command_id, at=at: c.execute(
+
+            def complete(c: sqlite3.Connection, cid: str = command_id, at: float = at) -> Any:
+                return c.execute(
                     COMPLETE_SQL, ("completed", at, '{"stopReason":"end_turn"}', at, cid, "running")
                 ).fetchone()
-            )
+
+            done = writer.call(complete)
             if done is None:
                 raise RuntimeError(f"complete refused for {command_id}")
     except BaseException as exc:  # reported by the main thread

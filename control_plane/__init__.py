@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actors.settings import RuntimeSettings
+    from control_plane.agents import AgentCommandError
     from control_plane.api import ControlPlane
     from control_plane.async_api import AsyncControlPlane
     from control_plane.outcome import Outcome
@@ -55,8 +56,10 @@ if TYPE_CHECKING:
         StoreOptions,
         Synchronous,
     )
+    from store.migrate import SchemaTooNew
 
 __all__ = [
+    "AgentCommandError",
     "AgentExited",
     "AgentProtocolError",
     "AgentSpec",
@@ -84,6 +87,7 @@ __all__ = [
     "QueueMode",
     "RecoveryReport",
     "RuntimeSettings",
+    "SchemaTooNew",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
@@ -100,6 +104,8 @@ __all__ = [
 # Where each public name lives; kept in step with the TYPE_CHECKING imports above.
 _SOURCES: dict[str, str] = {
     "RuntimeSettings": "actors.settings",
+    "AgentCommandError": "control_plane.agents",
+    "SchemaTooNew": "store.migrate",
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",
     "Outcome": "control_plane.outcome",

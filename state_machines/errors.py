@@ -17,9 +17,21 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── AgentStartFailed       the agent process could not be started or initialized
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
     │   └── AgentExited        the agent process ended while a request was in flight
-    └── StoreError             the database could not be used (locked, corrupt, not SQLite)
-        ├── StoreUnavailable   a write refused for now (lock held, disk full, I/O): retryable
-        └── StoreDamaged       the file is damaged (truncated, malformed pages): not retryable
+    ├── StoreError             the database could not be used (locked, corrupt, not SQLite)
+    │   ├── StoreUnavailable   a write refused for now (lock held, disk full, I/O): retryable
+    │   ├── StoreDamaged       the file is damaged (truncated, malformed pages): not retryable
+    │   └── SchemaTooNew       the file was migrated by a newer acpctl (store/migrate.py)
+    │
+    │   defined next to the code that raises them:
+    ├── AgentCommandError      an agent command that cannot be parsed (control_plane/agents.py)
+    ├── ConfigError            a bad configuration file or value (control_plane/config.py)
+    ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
+    ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)
+    ├── BridgeRefused          a subagent tool request refused (control_plane/subagents/rules.py)
+    └── TranscriptFormatError  a transcript line that is not v1-v3 (protocol/transcript/reader.py)
+
+Every exception class in the product is in this tree except ``store.faults.InjectedFault``,
+which stands in for a crash (tests/unit/test_public_api.py checks both).
 
 The tree lives in ``state_machines`` only because that is the bottom of the import graph
 (``control_plane -> actors -> {protocol, store} -> state_machines``): every layer can raise

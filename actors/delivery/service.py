@@ -89,6 +89,12 @@ class DeliveryService:
                     timer.cancel()
                 self._schedule(binding.id)
 
+    def failures(self, binding_id: str) -> int:
+        """How many times in a row the binding's sink has refused its events (0 once it
+        delivers): what an operator, or a test, watches for a sink that is down."""
+        with self._lock:
+            return self._failures.get(binding_id, 0)
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until every binding has caught up with the log (or ``timeout``)."""
         deadline = time.monotonic() + timeout

@@ -13,6 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from state_machines import ControlPlaneError
+
 MAX_REQUEST_BYTES = 1024 * 1024
 BRIDGE_WORKERS = 16  # threads of the bridge's own pool (see the module docstring)
 PER_SESSION_IN_FLIGHT = 2  # a session's requests on the pool at once
@@ -22,7 +24,7 @@ MAX_KEY_CHARS = 200  # longest spawn idempotencyKey accepted
 STOP_GRACE_S = 5.0  # how long stop() lets requests already on the pool finish
 
 
-class BridgeRefused(Exception):
+class BridgeRefused(ControlPlaneError):
     """A request the bridge will not carry out (bad secret, not a descendant, bad op)."""
 
 

@@ -34,6 +34,7 @@ from protocol.transcript.schema import (
     OtherMessage,
     TreeFields,
 )
+from state_machines import ControlPlaneError
 
 __all__ = [
     "SUPPORTED_VERSIONS",
@@ -49,7 +50,7 @@ SUPPORTED_VERSIONS = (1, 2, 3)
 CURRENT_VERSION = 3
 
 
-class TranscriptFormatError(ValueError):
+class TranscriptFormatError(ControlPlaneError, ValueError):
     """A transcript line that is JSON but not a valid header or entry.
 
     ``line`` is the 1-based physical line number in the file.

@@ -121,7 +121,7 @@ def _log(work: Path, life: int) -> str:
     return (work / f"driver-{life}.log").read_text(errors="replace")
 
 
-def _wait_for(predicate, proc: subprocess.Popen[bytes], timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, proc: subprocess.Popen[bytes], timeout: float) -> bool:
     """True once ``predicate()`` holds; False if the driver exited first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -25,7 +25,13 @@ from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 
-def _asker(cp: Any):  # type: ignore[no-untyped-def]
+class _Ask(Protocol):
+    def __call__(
+        self, session: str, op: str, args: dict[str, Any], timeout: float = 60
+    ) -> dict[str, Any]: ...
+
+
+def _asker(cp: Any) -> _Ask:
     bridge = cp._bridge
     assert bridge is not None
 

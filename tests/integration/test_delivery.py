@@ -8,7 +8,7 @@ from pathlib import Path
 from actors.delivery.service import DeliveryService
 from actors.delivery.sinks import JsonlFileSink
 from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store
-from tests.conftest import AGENT
+from tests.conftest import AGENT, eventually
 
 
 def _spawn_with(store: Store, spec: BindingSpec, key: str) -> tuple[str, str]:
@@ -68,7 +68,8 @@ def test_unregistered_callback_waits_with_checkpoint_unmoved_until_registered(
     delivery = DeliveryService(store)
     sid, bid = _spawn_with(store, BindingSpec(SinkKind.CALLBACK, "later"), "a")
     store.append_events(sid, None, [NewEvent("x", {})])
-    time.sleep(0.2)
+    # The projector ran and the sink refused (no such callback yet): the checkpoint stayed.
+    eventually(lambda: delivery.failures(bid) >= 1, 10, "a refused delivery")
     binding = store.get_binding(bid)
     assert binding is not None and binding.last_delivered_seq == 0
     got: list[int] = []

@@ -268,7 +268,11 @@ def test_cancel_stops_hang_and_abandons_pending_permission(tmp_path: Path) -> No
             hard = asyncio.create_task(say(conn, sid, "#hang-hard"))
             await wait_until(lambda: "agent_thought_chunk" in client.kinds())
             await conn.cancel(session_id=sid)
-            await asyncio.sleep(0.3)
+            # A prompt sent after the cancel is refused because the first one still runs:
+            # the agent read and handled the cancel (stdin order) and ignored it.
+            with pytest.raises(RequestError) as refused:
+                await say(conn, sid, "after the cancel")
+            assert refused.value.data == {"details": "a prompt is already running"}
             assert not hard.done()  # #hang-hard ignores session/cancel
         # Leaving the block closed stdin: the agent exits and the stuck prompt fails.
         with pytest.raises(ConnectionError):

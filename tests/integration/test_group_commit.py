@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from state_machines import IdempotencyConflict, StoreError
-from store import CommandKind, Store, ops
+from store import CommandKind, EnqueueResult, Store, ops
 from store.writer import WriteContext
 from tests.conftest import AGENT
 
@@ -46,13 +47,14 @@ def test_a_failing_write_in_a_group_is_undone_alone(tmp_path: Path) -> None:
             ops.enqueue(ctx, sid, CommandKind.PROMPT, PAYLOAD, "doomed")
             raise ValueError("this write fails after writing")
 
+        def enqueue_k(i: int) -> Callable[[WriteContext], EnqueueResult]:
+            def write(ctx: WriteContext) -> EnqueueResult:
+                return ops.enqueue(ctx, sid, CommandKind.PROMPT, PAYLOAD, f"k{i}")
+
+            return write
+
         first = store.submit(blocker)
-        good = [
-            store.submit(
-                lambda ctx, i=i: ops.enqueue(ctx, sid, CommandKind.PROMPT, PAYLOAD, f"k{i}")
-            )
-            for i in range(5)
-        ]
+        good = [store.submit(enqueue_k(i)) for i in range(5)]
         bad = store.submit(failing)
         gate.set()
         first.result(5)

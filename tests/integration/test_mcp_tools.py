@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +45,7 @@ def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce
         assert states == {"closed"}  # mode=run children end after their run
         history = cp.wait(cp.prompt(pid, "#history").id, 60).text
         assert history.count("[subagent") == 3  # the parent's conversation continued with them
-        time.sleep(1.0)
+        assert cp.wait_delivered(30)  # nothing left to deliver, so no fourth is coming
         assert len(announces()) == 3
 
 

@@ -78,11 +78,11 @@ def test_database_written_by_the_first_release_opens_under_this_one(db_path: Pat
         assert store.get_session("s1").cwd == "/w"
         claimed = store.claim_next("s1")  # uses the priority column added by 0002
         assert claimed is not None and claimed.id == "c1"
-    conn = sqlite3.connect(db_path)
-    assert conn.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
-    indexes = {r[1] for r in conn.execute("PRAGMA index_list(events)")}
+    db = sqlite3.connect(db_path)
+    assert db.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
+    indexes = {r[1] for r in db.execute("PRAGMA index_list(events)")}
     assert "ix_events_session_command" not in indexes  # added by 0003, dropped by 0004
-    conn.close()
+    db.close()
 
 
 def test_the_pinned_head_is_alembics_head() -> None:

@@ -39,7 +39,7 @@ def test_loop_keeps_ticking_while_waiting_for_a_busy_actor() -> None:
         stop = asyncio.Event()
         tick = asyncio.ensure_future(ticker(stop))
         future = actor.answer(1.0)  # a pykka future; never awaited on the loop directly
-        answer = await wait_off_loop(future.get)
+        answer: str = await wait_off_loop(future.get)
         stop.set()
         await tick
         return answer

@@ -123,8 +123,10 @@ def test_permission_ask_goes_to_the_host_callback(harness: AgentHarness) -> None
 
 def test_pending_permission_is_answered_cancelled_after_cancel(harness: AgentHarness) -> None:
     never = asyncio.Event()
+    pending = asyncio.Event()
 
     async def ask(session_id: str, call: ToolCallUpdate, options: list[PermissionOption]) -> str:
+        pending.set()
         await never.wait()  # the host never answers
         return options[0].option_id
 
@@ -133,15 +135,18 @@ def test_pending_permission_is_answered_cancelled_after_cancel(harness: AgentHar
 
     async def scenario() -> str:
         turn = asyncio.ensure_future(conn.prompt(_text("#permission #tool wait")))
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(pending.wait(), 10)  # the request is pending, then cancel
         await conn.cancel()
         return (await asyncio.wait_for(turn, 10)).stop_reason
 
-    stop_reason = harness.run(scenario())
-    assert stop_reason in {"cancelled", "end_turn"}
-    assert ("tool-1", "cancelled") in conn.permissions.answered or any(
-        outcome == "cancelled" for _, outcome in conn.permissions.answered
-    )
+    assert harness.run(scenario()) == "cancelled"
+    assert conn.permissions.answered == [("tool-1", "cancelled")]
+
+
+async def _turn_updates_after(harness: AgentHarness, before: int) -> None:
+    """Until the agent has sent (and the recorder stored) an update beyond ``before``."""
+    while len(await asyncio.to_thread(harness.events, "session_update")) <= before:
+        await asyncio.sleep(0.01)
 
 
 def test_cancel_mid_turn_gives_stop_reason_cancelled(harness: AgentHarness) -> None:
@@ -149,8 +154,9 @@ def test_cancel_mid_turn_gives_stop_reason_cancelled(harness: AgentHarness) -> N
     _start(harness, conn)
 
     async def scenario() -> str:
+        before = len(await asyncio.to_thread(harness.events, "session_update"))
         turn = asyncio.ensure_future(conn.prompt(_text("#hang")))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(_turn_updates_after(harness, before), 10)  # the turn is on
         await conn.cancel()
         return (await asyncio.wait_for(turn, 10)).stop_reason
 

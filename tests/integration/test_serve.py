@@ -11,10 +11,11 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp import Client as AcpClient
 from acp.schema import (
     AllowedOutcome,
     ClientCapabilities,
@@ -78,8 +79,9 @@ async def _session(tmp: Path, client: Client, body: Any, invocations: Path | Non
 async def _run_client(
     tmp: Path, client: Client, body: Any, log: int, invocations: Path | None = None
 ) -> Any:
+    # Client is duck-typed: it answers only the callbacks used, not all of acp.Client.
     async with spawn_agent_process(
-        client,
+        cast(AcpClient, client),
         sys.executable,
         *_serve_argv(tmp, invocations),
         env=_env(tmp),
@@ -129,7 +131,8 @@ def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path) -> None:
                 break
             await asyncio.sleep(0.1)
         await conn.cancel(session_id=sid)
-        return (await asyncio.wait_for(turn, 30)).stop_reason
+        stop_reason: str = (await asyncio.wait_for(turn, 30)).stop_reason
+        return stop_reason
 
     assert asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 120)) == "cancelled"
 
@@ -175,7 +178,7 @@ def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_pat
     first = Client()
 
     async def live(conn: Any, proc: Any, init: Any) -> str:
-        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        sid: str = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
         await conn.prompt(session_id=sid, prompt=[text_block("remember the fig")])
         await conn.prompt(session_id=sid, prompt=[text_block("#tool and the date")])
         os.kill(proc.pid, signal.SIGKILL)  # serve dies; its backend agent dies with it
@@ -218,7 +221,8 @@ def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: P
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(raw + b"\n")
         proc.stdin.flush()
-        return json.loads(proc.stdout.readline())
+        reply: dict[str, Any] = json.loads(proc.stdout.readline())
+        return reply
 
     try:
         assert send(b"{not json")["error"]["code"] == -32700
@@ -276,7 +280,7 @@ def test_serve_exits_1_with_a_log_line_when_its_store_file_is_deleted(tmp_path: 
     def answer(request_id: int) -> dict[str, Any]:
         assert proc.stdout is not None
         while True:
-            message = json.loads(proc.stdout.readline())
+            message: dict[str, Any] = json.loads(proc.stdout.readline())
             if message.get("id") == request_id:
                 return message
 

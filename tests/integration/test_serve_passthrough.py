@@ -10,10 +10,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process, text_block
+from acp import PROTOCOL_VERSION, Client, RequestError, spawn_agent_process, text_block
 from acp.meta import AGENT_METHODS
 from acp.schema import ClientCapabilities
 
@@ -79,8 +79,9 @@ def _env(tmp: Path) -> dict[str, str]:
 async def _drive(argv: list[str], tmp: Path, body: Any) -> Any:
     editor = Editor()
     with (tmp / "stderr.log").open("ab") as log:
+        # Editor is duck-typed: it answers only the callbacks used, not all of acp.Client.
         async with spawn_agent_process(
-            editor,
+            cast(Client, editor),
             argv[0],
             *argv[1:],
             env=_env(tmp),

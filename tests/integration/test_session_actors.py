@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
@@ -14,6 +15,10 @@ from state_machines import StaleEpoch
 from store import ops
 from tests.conftest import eventually, pid_alive
 from tests.support.cp_harness import example_agent, invocations, open_cp
+
+
+def _gone(pid: int) -> bool:
+    return not pid_alive(pid)
 
 
 def _messages(tmp: Path) -> list[str]:
@@ -132,8 +137,9 @@ def test_same_prompt_key_runs_once_also_across_a_restart(tmp_path: Path) -> None
         assert sid2 == sid
         replay = cp.prompt(sid, "only once", idempotency_key="p1")
         assert replay.id == first.id and replay.state is CommandState.COMPLETED
-        time.sleep(0.5)
-    assert _messages(tmp_path) == ["only once"]
+        # Commands run in order: had the replay queued a second run, it would run first.
+        assert cp.wait(cp.prompt(sid, "after the replay").id, 30).ok
+    assert _messages(tmp_path) == ["only once", "after the replay"]
 
 
 def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_path: Path) -> None:
@@ -169,7 +175,7 @@ def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
             pids.append(next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started"))
         eventually(lambda: sorted(cp.live_sessions()) == sorted(sids[3:]))
         for pid in pids[:3]:
-            eventually(lambda pid=pid: not pid_alive(pid))
+            eventually(functools.partial(_gone, pid))
         assert all(pid_alive(pid) for pid in pids[3:])
         back = cp.wait(cp.prompt(sids[0], "#history").id, 30)
         assert back.ok and "remember fruit 0" in back.text

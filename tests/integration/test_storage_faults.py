@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+def small_disk(tmp_path: Path) -> Iterator[Path]:
     disk = tmp_path / "disk"
     # Room for the store and its WAL (SQLite keeps up to ~4 MiB of WAL between checkpoints).
     if not _mount_tmpfs(disk, "32m"):

@@ -8,19 +8,25 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from control_plane import CommandState, LimitExceeded, SessionState
+from control_plane import CommandState, ControlPlane, LimitExceeded, SessionState
 from store import Store
 from store.faults import ENV_VAR
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 
-def _announces(cp, parent_id: str) -> list[dict]:  # type: ignore[no-untyped-def]
+def _announces(cp: ControlPlane, parent_id: str) -> list[dict[str, Any]]:
     return [e.payload for e in cp.events(parent_id) if e.kind == "announce"]
+
+
+def _in_state(cp: ControlPlane, session_id: str, state: SessionState) -> Callable[[], bool]:
+    return lambda: cp.get(session_id).state is state
 
 
 def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path: Path) -> None:
@@ -36,7 +42,7 @@ def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path:
         # every child ran once and closed (mode=run); each announce names its run, status ok
         for kid in kids:
             assert kid.session.depth == 1
-            eventually(lambda k=kid: cp.get(k.session.id).state is SessionState.CLOSED)
+            eventually(_in_state(cp, kid.session.id, SessionState.CLOSED))
         announced = _announces(cp, pid)
         assert sorted(a["childSessionId"] for a in announced) == sorted(k.session.id for k in kids)
         assert {a["status"] for a in announced} == {"ok"}
@@ -52,7 +58,7 @@ def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path:
             assert cp.wait(command.id, 30).ok
         history = cp.wait(cp.prompt(pid, "#history").id, 30)
         assert history.text.count("[subagent") == 3
-        time.sleep(1.0)  # more deliveries would have shown up by now
+        assert cp.wait_delivered(30)  # every binding caught up: no announce is on its way
         assert len(_announces(cp, pid)) == 3
         export = cp.export_jsonl(pid, tmp_path / "parent.jsonl")
         lines = [json.loads(x) for x in export.read_text().splitlines()]
@@ -87,7 +93,7 @@ def test_cancel_and_close_cascade_to_descendants(tmp_path: Path) -> None:
         child = cp.spawn(agent, tmp_path, "#hang", parent=root, announce=False)
         grandchild = cp.spawn(agent, tmp_path, "#hang", parent=child.session.id, announce=False)
         for sid in (root, child.session.id, grandchild.session.id):
-            eventually(lambda s=sid: cp.get(s).state is SessionState.RUNNING)
+            eventually(_in_state(cp, sid, SessionState.RUNNING))
         cp.cancel(root)
         assert child.command is not None and grandchild.command is not None
         assert cp.wait(child.command.id, 30).state is CommandState.CANCELLED
@@ -108,7 +114,7 @@ def test_a_child_of_a_closed_parent_does_not_announce_but_keeps_its_result(
         eventually(lambda: cp.get(child.session.id).state is SessionState.RUNNING)
         cp._store.close_session(root)  # the parent alone (as if by another process)
         assert cp.wait(child.command.id, 30).ok  # the child's result stays readable
-        time.sleep(1.0)
+        assert cp.wait_delivered(30)  # the child's events reached its binding, and then:
         assert _announces(cp, root) == []
 
 
@@ -155,7 +161,7 @@ def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_pa
         assert 1 <= sum(1 for e in store.events(root) if e.kind == "announce") <= 3
     with open_cp(tmp_path) as cp:  # restart without the fault: the rest is delivered once
         eventually(lambda: len(_announces(cp, root)) == 3, 90)
-        time.sleep(1.5)
+        assert cp.wait_delivered(30)  # nothing left to deliver, so no fourth is coming
         announced = _announces(cp, root)
         assert len(announced) == 3
         assert len({a["commandId"] for a in announced}) == 3

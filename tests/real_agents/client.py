@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from acp import (
     PROTOCOL_VERSION,
+    Client,
     ReadTextFileResponse,
     RequestError,
     RequestPermissionResponse,
@@ -139,8 +140,10 @@ async def agent_connection(
 ) -> AsyncIterator[tuple[ClientSideConnection, asyncio.subprocess.Process, Any]]:
     """Spawn the agent, optionally ``initialize`` it (advertising fs, no terminal) and yield
     ``(conn, process, initialize_response)``."""
+    # RecordingClient is duck-typed: it answers only the callbacks the agents use, not the
+    # whole acp.Client protocol, hence the cast.
     async with spawn_agent_process(
-        client,
+        cast(Client, client),
         launch.command,
         *launch.args,
         env=launch.env,

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
+from acp import PROTOCOL_VERSION, Client, spawn_agent_process, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
@@ -146,8 +146,9 @@ async def serve_connection(
     """``acpctl --config C --db D serve --agent NAME`` driven as an ACP agent over stdio."""
     argv = cp.argv("serve", "--agent", cp.agent, options_after=options_after)
     with (cp.root / "serve.log").open("ab") as log:
+        # RecordingClient is duck-typed (not the whole acp.Client protocol): see client.py.
         async with spawn_agent_process(
-            client,
+            cast(Client, client),
             argv[0],
             *argv[1:],
             env=cp.env(),

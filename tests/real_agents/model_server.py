@@ -36,7 +36,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["Directive", "ModelServer", "RecordedRequest", "parse_directive"]
@@ -138,7 +138,7 @@ def _anthropic_text(content: Any) -> str:
     return "\n".join(parts)
 
 
-def _anthropic_analyse(body: dict) -> tuple[Directive, str | None]:
+def _anthropic_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
     messages = body.get("messages") or []
     if messages and messages[-1].get("role") == "user":
         content = messages[-1].get("content")
@@ -154,7 +154,7 @@ def _anthropic_analyse(body: dict) -> tuple[Directive, str | None]:
     return Directive("default", text="ok"), None
 
 
-def _earlier_directive(messages: list, text_of: Any) -> Directive:
+def _earlier_directive(messages: list[Any], text_of: Any) -> Directive:
     for msg in reversed(messages):
         if msg.get("role") in ("user", None):
             d = parse_directive(text_of(msg.get("content") or msg.get("parts")))
@@ -174,7 +174,7 @@ def _openai_item_text(item: Any) -> str:
     )
 
 
-def _openai_analyse(body: dict) -> tuple[Directive, str | None]:
+def _openai_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
     items = body.get("input") or []
     if isinstance(items, str):
         return parse_directive(items), None
@@ -205,7 +205,7 @@ def _gemini_text(parts: Any) -> str:
     return "\n".join(p.get("text", "") for p in parts or [] if isinstance(p, dict) and "text" in p)
 
 
-def _gemini_analyse(body: dict) -> tuple[Directive, str | None]:
+def _gemini_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
     contents = body.get("contents") or []
     if contents and contents[-1].get("role", "user") == "user":
         parts = contents[-1].get("parts") or []
@@ -259,13 +259,19 @@ def _json_for_schema(schema: Any, name: str = "") -> Any:
     return "ok"
 
 
+class _ModelHTTPServer(ThreadingHTTPServer):
+    """The HTTP server, carrying the ``ModelServer`` its handlers answer for."""
+
+    model: ModelServer
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "stand-in-model/1"
     protocol_version = "HTTP/1.1"
 
     @property
     def model(self) -> ModelServer:
-        return self.server.model  # type: ignore[attr-defined]
+        return cast(_ModelHTTPServer, self.server).model
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -387,7 +393,7 @@ class _Handler(BaseHTTPRequestHandler):
         rec.directive = directive
         tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
         model = body.get("model", "claude-stand-in")
-        blocks: list[dict] = []
+        blocks: list[dict[str, Any]] = []
         stop = "end_turn"
         if output is not None:
             blocks.append({"type": "text", "text": _final_text(directive, output)})
@@ -452,7 +458,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._sse({"type": "ping"}, "ping")
         for index, block in enumerate(blocks):
             if block["type"] == "text":
-                head = {"type": "text", "text": ""}
+                head: dict[str, Any] = {"type": "text", "text": ""}
                 pieces = [{"type": "text_delta", "text": c} for c in chunks(block["text"])]
             else:
                 head = {**block, "input": {}}
@@ -483,12 +489,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         directive, output = _openai_analyse(body)
         rec.directive = directive
-        tools: dict[str, dict] = {}
+        tools: dict[str, dict[str, Any]] = {}
         for t in body.get("tools") or []:
             if isinstance(t, dict):
                 tools[t.get("name") or t.get("type", "")] = t
         resp_id = "resp_" + uuid.uuid4().hex[:20]
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         if output is not None:
             items.append(_oa_message(_final_text(directive, output)))
         else:
@@ -570,7 +576,7 @@ class _Handler(BaseHTTPRequestHandler):
         for t in body.get("tools") or []:
             for fd in t.get("functionDeclarations") or []:
                 tools.add(fd.get("name"))
-        parts: list[dict] = []
+        parts: list[dict[str, Any]] = []
         if schema or gen_cfg.get("responseMimeType") == "application/json":
             parts.append({"text": json.dumps(_json_for_schema(schema or {}))})
         elif output is not None:
@@ -586,7 +592,7 @@ class _Handler(BaseHTTPRequestHandler):
         usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
         model = rec.path.rsplit("/", 1)[-1].split(":")[0]
 
-        def frame(ps: list[dict], finish: str | None) -> dict:
+        def frame(ps: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
             cand: dict[str, Any] = {"content": {"role": "model", "parts": ps}, "index": 0}
             if finish:
                 cand["finishReason"] = finish
@@ -596,7 +602,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, frame(parts, "STOP"))
             return
         self._start_sse()
-        frames: list[dict] = []
+        frames: list[dict[str, Any]] = []
         for part in parts:
             if "text" in part:
                 frames.extend(frame([{"text": c}], None) for c in chunks(part["text"]))
@@ -607,14 +613,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._sse(f)
 
 
-def _claude_cwd(body: dict) -> str:
+def _claude_cwd(body: dict[str, Any]) -> str:
     system = body.get("system")
     text = system if isinstance(system, str) else _anthropic_text(system)
     m = re.search(r"(?:Primary working directory|Working directory): (\S+)", text or "")
     return m.group(1) if m else "."
 
 
-def _oa_message(text: str) -> dict:
+def _oa_message(text: str) -> dict[str, Any]:
     return {
         "type": "message",
         "id": "msg_" + uuid.uuid4().hex[:20],
@@ -624,7 +630,7 @@ def _oa_message(text: str) -> dict:
     }
 
 
-def _oa_call(name: str, args: dict) -> dict:
+def _oa_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "function_call",
         "id": "fc_" + uuid.uuid4().hex[:20],
@@ -635,7 +641,7 @@ def _oa_call(name: str, args: dict) -> dict:
     }
 
 
-def _oa_shell_call(tools: dict[str, dict], command: str) -> dict | None:
+def _oa_shell_call(tools: dict[str, dict[str, Any]], command: str) -> dict[str, Any] | None:
     if "shell_command" in tools:
         return _oa_call("shell_command", {"command": command})
     if "exec_command" in tools:
@@ -653,7 +659,7 @@ def _oa_shell_call(tools: dict[str, dict], command: str) -> dict | None:
     return None
 
 
-def _oa_write_call(tools: dict[str, dict], d: Directive) -> dict | None:
+def _oa_write_call(tools: dict[str, dict[str, Any]], d: Directive) -> dict[str, Any] | None:
     # Codex writes files through its shell (or apply_patch); use the shell for portability.
     content = d.text.replace("'", "'\\''")
     return _oa_shell_call(tools, f"printf '%s\\n' '{content}' > '{d.path}'")
@@ -666,13 +672,13 @@ class ModelServer:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the stand-in model server only listens on loopback")
         self.requests: list[RecordedRequest] = []
-        self.blocked: list[dict] = []
+        self.blocked: list[dict[str, Any]] = []
         self.chunk_delay = chunk_delay
         self.require_key: str | None = None  # when set, other keys get a 401
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _Handler)
+        self._httpd = _ModelHTTPServer((host, port), _Handler)
         self._httpd.daemon_threads = True
-        self._httpd.model = self  # type: ignore[attr-defined]
+        self._httpd.model = self
         self._thread: threading.Thread | None = None
 
     @property
@@ -711,7 +717,7 @@ class ModelServer:
         with self._lock:
             return [r for r in self.requests if r.api == api]
 
-    def _block(self, method: str, target: str, headers: dict) -> None:
+    def _block(self, method: str, target: str, headers: dict[str, str]) -> None:
         with self._lock:
             self.blocked.append({"method": method, "target": target, "headers": headers})
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from typing import Any
 
 import pytest
 
 from .model_server import ModelServer, parse_directive
 
 
-def _post(url: str, body: dict) -> tuple[int, bytes]:
+def _post(url: str, body: dict[str, Any]) -> tuple[int, bytes]:
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -18,7 +19,7 @@ def _post(url: str, body: dict) -> tuple[int, bytes]:
         return resp.status, resp.read()
 
 
-def _sse_data(raw: bytes) -> list[dict]:
+def _sse_data(raw: bytes) -> list[dict[str, Any]]:
     return [
         json.loads(line[len("data: ") :])
         for line in raw.decode().splitlines()
@@ -62,7 +63,11 @@ def test_anthropic_stream_and_tool_round_trip(model_server: ModelServer) -> None
 def test_openai_responses_stream(model_server: ModelServer) -> None:
     url = model_server.base_url + "/v1/responses"
     tools = [{"type": "function", "name": "exec_command"}]
-    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": ""}]}
+    item: dict[str, Any] = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": ""}],
+    }
     item["content"][0]["text"] = "RUN ls"
     _, raw = _post(url, {"stream": True, "tools": tools, "input": [item]})
     events = _sse_data(raw)

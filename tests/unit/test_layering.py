@@ -29,6 +29,8 @@ def _imported_packages(path: Path) -> set[tuple[str, int]]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
+        else:
+            continue
         for name in names:
             top = name.split(".")[0]
             if top in PACKAGES:

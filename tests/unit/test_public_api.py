@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 import threading
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from protocol.transcript.reader import validate_v3
 from store import NewEvent
 
 PINNED_ALL = [
+    "AgentCommandError",
     "AgentExited",
     "AgentProtocolError",
     "AgentSpec",
@@ -46,6 +49,7 @@ PINNED_ALL = [
     "QueueMode",
     "RecoveryReport",
     "RuntimeSettings",
+    "SchemaTooNew",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
@@ -115,6 +119,44 @@ def test_every_error_is_a_control_plane_error() -> None:
         obj = getattr(control_plane, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, control_plane.ControlPlaneError)
+
+
+# Raised on purpose to stand in for a crash at a named fault point: it must not be caught as
+# a control-plane error anywhere, or a crash test would test an error path instead.
+NOT_IN_THE_TREE = {"store.faults.InjectedFault"}
+
+
+def _product_modules() -> list[str]:
+    names = []
+    for package in ("control_plane", "actors", "store", "protocol", "state_machines"):
+        root = importlib.import_module(package)
+        names.append(package)
+        for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+            # __main__ modules run on import; migrations run Alembic's env on import
+            if info.name.endswith("__main__") or info.name.startswith("store.migrations"):
+                continue
+            names.append(info.name)
+    return names
+
+
+def test_every_exception_class_defined_anywhere_is_in_the_tree() -> None:
+    defined = []
+    for module_name in _product_modules():
+        module = importlib.import_module(module_name)
+        for obj in vars(module).values():
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, BaseException)
+                and obj.__module__ == module_name
+            ):
+                defined.append(obj)
+    assert len(defined) > 20  # the walk found the tree's own classes, and the others
+    outside = {
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in defined
+        if not issubclass(cls, control_plane.ControlPlaneError)
+    }
+    assert outside == NOT_IN_THE_TREE
 
 
 def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -16,6 +19,10 @@ from state_machines import (
     SessionState,
 )
 from state_machines.diagram import state_machines_markdown
+from state_machines.table import E, S, TransitionTable
+from store import Store, StoreOptions, Synchronous
+from store.ops._shared import transition_command, transition_session
+from tests.conftest import AGENT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,17 +89,21 @@ def test_guard_sources_come_from_the_table() -> None:
     }
 
 
+def _reachable(table: TransitionTable[S, E]) -> set[S]:
+    seen = {table.initial}
+    frontier = [table.initial]
+    while frontier:
+        state = frontier.pop()
+        for (src, _), dst in table.transitions.items():
+            if src == state and dst not in seen:
+                seen.add(dst)
+                frontier.append(dst)
+    return seen
+
+
 def test_every_state_is_reachable_from_the_initial_state() -> None:
-    for table in (SESSION_MACHINE, COMMAND_MACHINE):
-        seen = {table.initial}
-        frontier = [table.initial]
-        while frontier:
-            state = frontier.pop()
-            for (src, _), dst in table.transitions.items():
-                if src == state and dst not in seen:
-                    seen.add(dst)
-                    frontier.append(dst)
-        assert seen == table.states()
+    assert _reachable(SESSION_MACHINE) == SESSION_MACHINE.states()
+    assert _reachable(COMMAND_MACHINE) == COMMAND_MACHINE.states()
 
 
 def test_committed_state_machine_doc_matches_the_tables() -> None:
@@ -103,53 +114,85 @@ def test_committed_state_machine_doc_matches_the_tables() -> None:
     )
 
 
-class SessionAndCommandMachines(RuleBasedStateMachine):
-    """Random event sequences against both tables, with the invariants that must hold."""
+class StoreFollowsTheTables(RuleBasedStateMachine):
+    """Random session and command events through the store's SQL-guarded transitions on a
+    real SQLite file, against a model kept with the tables alone. A refused event must raise
+    ``IllegalTransition`` and leave the row exactly as it was (state and ``updated_at``): the
+    SQL guard can get that wrong, the pure tables cannot."""
 
     def __init__(self) -> None:
         super().__init__()
+        self._dir = tempfile.TemporaryDirectory()
+        self.store = Store.open(
+            Path(self._dir.name) / "cp.db", StoreOptions(synchronous=Synchronous.NORMAL)
+        )
+        spawned = self.store.spawn(AGENT, "/w", None, [{"type": "text", "text": "x"}], None)
+        assert spawned.command is not None
+        self.session_id, self.command_id = spawned.session.id, spawned.command.id
         self.session = SESSION_MACHINE.initial
         self.command = COMMAND_MACHINE.initial
         self.ever_closed = False
         self.final_command: CommandState | None = None
 
+    def teardown(self) -> None:
+        self.store.close()
+        self._dir.cleanup()
+
+    def _session_row(self) -> tuple[str, float]:
+        record = self.store.get_session(self.session_id)
+        return record.state.value, record.updated_at.timestamp()
+
+    def _command_row(self) -> tuple[str, str | None]:
+        record = self.store.get_command(self.command_id)
+        return record.state.value, record.result_json
+
     @rule(event=st.sampled_from(list(SessionEvent)))
     def session_event(self, event: SessionEvent) -> None:
-        before = self.session
-        if SESSION_MACHINE.allows(before, event):
-            self.session = SESSION_MACHINE.next_state(before, event)
+        before = self._session_row()
+        sid = self.session_id
+        if SESSION_MACHINE.allows(self.session, event):
+            self.store.write(lambda ctx: transition_session(ctx.conn, sid, event))
+            self.session = SESSION_MACHINE.next_state(self.session, event)
         else:
             with pytest.raises(IllegalTransition):
-                SESSION_MACHINE.next_state(before, event)
-            assert self.session is before  # unchanged after a refused event
+                self.store.write(lambda ctx: transition_session(ctx.conn, sid, event))
+            assert self._session_row() == before  # the refused event wrote nothing
         if self.session is SessionState.CLOSED:
             self.ever_closed = True
 
     @rule(event=st.sampled_from(list(CommandEvent)))
     def command_event(self, event: CommandEvent) -> None:
-        before = self.command
-        try:
-            self.command = COMMAND_MACHINE.next_state(before, event)
-        except IllegalTransition as exc:
-            assert exc.state == before and exc.event == event
-            assert self.command is before
+        before = self._command_row()
+        cid = self.command_id
+        result = json.dumps({"event": event.value})
+        if COMMAND_MACHINE.allows(self.command, event):
+            self.store.write(lambda ctx: transition_command(ctx, cid, event, result=result))
+            self.command = COMMAND_MACHINE.next_state(self.command, event)
+        else:
+            with pytest.raises(IllegalTransition) as refused:
+                self.store.write(lambda ctx: transition_command(ctx, cid, event, result=result))
+            assert refused.value.state == self.command and refused.value.event == event
+            assert self._command_row() == before  # the refused event wrote nothing
         if self.command in COMMAND_MACHINE.final and self.final_command is None:
             self.final_command = self.command
 
     @invariant()
+    def the_store_holds_what_the_tables_say(self) -> None:
+        assert self.store.get_session(self.session_id).state is self.session
+        assert self.store.get_command(self.command_id).state is self.command
+
+    @invariant()
     def closed_is_terminal(self) -> None:
         if self.ever_closed:
-            assert self.session is SessionState.CLOSED
+            assert self.store.get_session(self.session_id).state is SessionState.CLOSED
 
     @invariant()
     def a_command_outcome_never_changes(self) -> None:
         if self.final_command is not None:
-            assert self.command is self.final_command
-
-    @invariant()
-    def states_are_known(self) -> None:
-        assert self.session in SESSION_MACHINE.states()
-        assert self.command in COMMAND_MACHINE.states()
+            assert self.store.get_command(self.command_id).state is self.final_command
 
 
-TestStateMachineProperties = SessionAndCommandMachines.TestCase
+StoreFollowsTheTables.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=25, deadline=None
+)
+TestStoreFollowsTheTables = StoreFollowsTheTables.TestCase
