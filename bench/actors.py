@@ -47,7 +47,6 @@ import os
 import shutil
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +73,7 @@ from bench._common import (  # noqa: E402
 from bench.store_throughput import run_control_plane  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
 from protocol.agent.permissions import Decision, PermissionPolicy  # noqa: E402
+from protocol.example_agent import noop as noop_agent  # noqa: E402
 from store import (  # noqa: E402
     AgentSpec,
     CommandKind,
@@ -93,56 +93,6 @@ OPEN_MAX_RUNNING = 2
 STORE_COMMANDS = 640
 PROMPT = "Summarise the open pull requests in this repository."
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-NOOP_AGENT = textwrap.dedent(
-    '''
-    """A no-op ACP agent: raw JSON-RPC over stdio, answers at once (benchmarks only)."""
-    import json
-    import os
-    import sys
-
-    out = sys.stdout
-
-
-    def send(message):
-        out.write(json.dumps(message, separators=(",", ":")) + "\\n")
-        out.flush()
-
-
-    def answer(msg_id, result):
-        send({"jsonrpc": "2.0", "id": msg_id, "result": result})
-
-
-    session = "noop-%d" % os.getpid()
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
-        msg_id, method = msg.get("id"), msg.get("method")
-        if msg_id is None or method is None:
-            continue  # notifications (session/cancel) and responses
-        params = msg.get("params") or {}
-        if method == "initialize":
-            answer(msg_id, {
-                "protocolVersion": params.get("protocolVersion", 1),
-                "agentCapabilities": {"loadSession": False},
-                "agentInfo": {"name": "noop-agent", "version": "0"},
-                "authMethods": [],
-            })
-        elif method == "session/new":
-            answer(msg_id, {"sessionId": session})
-        elif method == "session/prompt":
-            update = {"sessionUpdate": "agent_message_chunk",
-                      "content": {"type": "text", "text": "ok"}}
-            send({"jsonrpc": "2.0", "method": "session/update",
-                  "params": {"sessionId": params.get("sessionId", session), "update": update}})
-            answer(msg_id, {"stopReason": "end_turn"})
-        else:
-            send({"jsonrpc": "2.0", "id": msg_id,
-                  "error": {"code": -32601, "message": "Method not found: %s" % method}})
-    '''
-).lstrip()
-
 
 # -- /proc sampling ------------------------------------------------------------------------
 
@@ -389,10 +339,7 @@ def part_b(
     passivate: float | None,
     timeout_s: float,
 ) -> tuple[list[SessionsRun], dict[int, list[float]]]:
-    script = os.path.join(workdir, "noop_agent.py")
-    with open(script, "w") as f:
-        f.write(NOOP_AGENT)
-    agent = AgentSpec("noop-agent", (sys.executable, "-I", "-S", script))
+    agent = AgentSpec("noop-agent", noop_agent.command())
     runs: list[SessionsRun] = []
     store_rates: dict[int, list[float]] = {n: [] for n in concurrency}
     for r in range(rounds):

@@ -83,12 +83,18 @@ def eventually(
         time.sleep(interval)
 
 
+# The longest tests (real agents: Node start-up, kill -9 and restart) go first, so that with
+# pytest-xdist no worker is left running one of them alone at the end of the run.
+LONG_FIRST = ("real_agents",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/crash/ carries the ``crash`` marker: the crash and fault loops
     (a third of the suite's time) run in .ci/run on their own (``pytest -m crash``)."""
     for item in items:
         if "crash" in item.path.parent.name:
             item.add_marker(pytest.mark.crash)
+    items.sort(key=lambda item: item.path.parent.name not in LONG_FIRST)  # stable
 
 
 @pytest.fixture

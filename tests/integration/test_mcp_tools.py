@@ -39,6 +39,9 @@ def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce
         ]
         for command in follow_ups:
             assert cp.wait(command.id, 60).ok
+        # A mode=run child is closed once its agent has stopped, which may come a moment
+        # after its announce: wait for that, then ask through the tool.
+        eventually(lambda: all(cp.get(c.id).state is SessionState.CLOSED for c in children))
         listed = cp.wait(cp.prompt(pid, "#list-subagents").id, 60)
         assert listed.ok
         states = {c["state"] for c in json.loads(listed.text.split("list_subagents: ", 1)[1])}

@@ -12,9 +12,9 @@ import pytest
 
 from control_plane import CommandState, ControlPlane, SessionState
 from state_machines import StaleEpoch
-from store import ops
+from store import AgentSpec, ops
 from tests.conftest import eventually, pid_alive
-from tests.support.cp_harness import example_agent, invocations, open_cp
+from tests.support.cp_harness import example_agent, invocations, noop_agent, open_cp
 
 
 def _gone(pid: int) -> bool:
@@ -25,9 +25,9 @@ def _messages(tmp: Path) -> list[str]:
     return [i["message"] for i in invocations(tmp)]
 
 
-def _running_turn(cp: ControlPlane, tmp: Path) -> tuple[str, str]:
+def _running_turn(cp: ControlPlane, tmp: Path, agent: AgentSpec | None = None) -> tuple[str, str]:
     """A new session whose first turn (``#hang``) is running: (session id, command id)."""
-    spawned = cp.spawn(example_agent(tmp), tmp, "#hang")
+    spawned = cp.spawn(agent or example_agent(tmp), tmp, "#hang")
     assert spawned.command is not None
     eventually(lambda: cp.get(spawned.session.id).state is SessionState.RUNNING)
     return spawned.session.id, spawned.command.id
@@ -99,7 +99,7 @@ def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
 
 def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        sid, turn = _running_turn(cp, tmp_path)
+        sid, turn = _running_turn(cp, tmp_path, noop_agent())
         cp.cancel(sid)
         outcome = cp.wait(turn, 30)
         assert outcome.state is CommandState.CANCELLED and outcome.stop_reason == "cancelled"
@@ -185,14 +185,14 @@ def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
 
 def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
     with open_cp(tmp_path, max_running_turns=2) as cp:
-        idle = [cp.spawn(example_agent(tmp_path), tmp_path, f"idle {i}") for i in range(2)]
+        idle = [cp.spawn(noop_agent(), tmp_path, f"idle {i}") for i in range(2)]
         for s in idle:
             assert s.command is not None
             assert cp.wait(s.command.id, 30).ok
         # Two idle sessions with live agents exist; they must not block new work. The busy
         # turns hang until cancelled, so the two admitted ones are certainly running at the
         # same time (no reliance on agent start-up times); each is cancelled once both run.
-        busy = [cp.spawn(example_agent(tmp_path), tmp_path, "#hang") for _ in range(4)]
+        busy = [cp.spawn(noop_agent(), tmp_path, "#hang") for _ in range(4)]
         ids = [b.command.id for b in busy if b.command is not None]
         peak = 0
         deadline = time.monotonic() + 90
@@ -211,7 +211,7 @@ def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) 
 
 def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        sid = cp.spawn(example_agent(tmp_path), tmp_path).session.id
+        sid = cp.spawn(noop_agent(), tmp_path).session.id
         cp.close()
     from store import Store
 
@@ -229,7 +229,7 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
     from control_plane import ControlPlane
 
     with open_cp(tmp_path) as cp:
-        sid, turn = _running_turn(cp, tmp_path)
+        sid, turn = _running_turn(cp, tmp_path, noop_agent())
         # like `acpctl sessions cancel`: another opener that only writes the store
         with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
             other.cancel(sid)
@@ -246,7 +246,7 @@ def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     with open_cp(tmp_path) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi")
+        spawned = cp.spawn(noop_agent(), tmp_path, "hi")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 30).ok
         ref = cp._supervisor._actors[spawned.session.id]

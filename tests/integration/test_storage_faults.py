@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from control_plane import CommandState, ControlPlane, SessionState, StoreOptions
-from tests.support.cp_harness import FAST, example_agent
+from tests.support.cp_harness import FAST, example_agent, noop_agent
 
 HOLD_LOCK = """
 import sqlite3, sys, time
@@ -183,7 +183,7 @@ def test_a_store_file_deleted_under_a_running_control_plane_refuses_writes_loudl
 
     db = tmp_path / "cp.db"
     with _open(tmp_path, db) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        spawned = cp.spawn(noop_agent(), tmp_path, "hi", idempotency_key="s")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
         for side in tmp_path.glob("cp.db*"):
@@ -201,7 +201,7 @@ def test_a_close_the_store_refuses_is_reported_not_taken_for_done(tmp_path: Path
 
     db = tmp_path / "cp.db"
     with _open(tmp_path, db, lock_timeout_s=0.5) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        spawned = cp.spawn(noop_agent(), tmp_path, "hi", idempotency_key="s")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 60).state is CommandState.COMPLETED
         sid = spawned.session.id

@@ -185,12 +185,12 @@ def test_a_store_truncated_under_a_running_control_plane_gives_typed_errors(
 
     from control_plane import ControlPlane, StoreDamaged
     from store.async_reads import AsyncReader
-    from tests.support.cp_harness import FAST, example_agent
+    from tests.support.cp_harness import FAST, noop_agent
 
     db = tmp_path / "cp.db"
     cp = ControlPlane.open(db, StoreOptions(), replace(FAST, log_dir=str(tmp_path / "logs")))
     try:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
+        spawned = cp.spawn(noop_agent(), tmp_path, "hi", idempotency_key="s")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
         fold = sqlite3.connect(db)

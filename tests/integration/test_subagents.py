@@ -18,7 +18,7 @@ from control_plane import CommandState, ControlPlane, LimitExceeded, SessionStat
 from store import Store
 from store.faults import ENV_VAR
 from tests.conftest import eventually
-from tests.support.cp_harness import example_agent, open_cp
+from tests.support.cp_harness import example_agent, noop_agent, open_cp
 
 
 def _announces(cp: ControlPlane, parent_id: str) -> list[dict[str, Any]]:
@@ -71,7 +71,7 @@ def test_limits_refuse_too_deep_and_too_many_children_with_the_limit_named(
     tmp_path: Path,
 ) -> None:
     with open_cp(tmp_path) as cp:
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         root = cp.spawn(agent, tmp_path).session.id
         level1 = cp.spawn(agent, tmp_path, parent=root).session.id
         level2 = cp.spawn(agent, tmp_path, parent=level1).session.id
@@ -88,7 +88,7 @@ def test_limits_refuse_too_deep_and_too_many_children_with_the_limit_named(
 
 def test_cancel_and_close_cascade_to_descendants(tmp_path: Path) -> None:
     with open_cp(tmp_path) as cp:
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         root = cp.spawn(agent, tmp_path, "#hang").session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=root, announce=False)
         grandchild = cp.spawn(agent, tmp_path, "#hang", parent=child.session.id, announce=False)
@@ -133,7 +133,7 @@ def test_orphans_are_closed_on_recovery(tmp_path: Path) -> None:
 _ANNOUNCE_DRIVER = """
 import sys, time
 from pathlib import Path
-from tests.support.cp_harness import example_agent, open_cp
+from tests.support.cp_harness import example_agent, noop_agent, open_cp
 tmp = Path(sys.argv[1])
 cp = open_cp(tmp)
 root = cp.spawn(example_agent(tmp), tmp, idempotency_key="root").session.id

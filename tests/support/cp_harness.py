@@ -11,6 +11,7 @@ from typing import Any
 from actors.settings import RuntimeSettings
 from control_plane import ControlPlane
 from protocol.agent.permissions import Decision, PermissionPolicy
+from protocol.example_agent import noop
 from store import AgentSpec
 
 FAST = RuntimeSettings(
@@ -37,6 +38,12 @@ def example_agent(tmp: Path, *flags: str) -> AgentSpec:
             *flags,
         ),
     )
+
+
+def noop_agent() -> AgentSpec:
+    """For tests that only need turns to run (echo, ``#hang`` until cancelled): starts in a
+    tenth of the example agent's CPU time (protocol/example_agent/noop.py)."""
+    return AgentSpec("noop-agent", noop.command())
 
 
 def open_cp(tmp: Path, **overrides: Any) -> ControlPlane:
