@@ -68,3 +68,31 @@ def test_the_mcp_server_process_loads_neither_sqlalchemy_nor_the_store() -> None
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def _imported_modules(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_front_ends_reach_the_control_plane_only_through_narrow_interfaces() -> None:
+    """``control_plane.api`` builds the subagent bridge, so the bridge may not import it back
+    (it is written against ``SubagentHost``); and no front end (serve, batch, subagents, the
+    CLI) imports the runtime's own machinery to go around ``ControlPlane``."""
+    machinery = {"actors.supervisor", "actors.delivery.service", "protocol.loop", "store.writer"}
+    wrong = []
+    for front_end in ("subagents", "serve", "batch", "cli"):
+        for path in sorted((ROOT / "control_plane" / front_end).rglob("*.py")):
+            imported = _imported_modules(path)
+            if front_end == "subagents" and "control_plane.api" in imported:
+                wrong.append(f"{path.relative_to(ROOT)} imports control_plane.api")
+            for module in imported:
+                if any(module == m or module.startswith(m + ".") for m in machinery):
+                    wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert not wrong, "\n".join(wrong)
