@@ -13,6 +13,7 @@ from protocol.agent.client import FsForward, FsLimits
 from protocol.agent.permissions import AskCallback, Decision, PermissionPolicy
 from protocol.agent.prestart import PrestartPool
 from store import SubagentLimits
+from store.ops.budgets import BudgetDefaults
 
 
 def default_log_dir() -> str:
@@ -26,6 +27,8 @@ class RuntimeSettings:
     # Session trees: depth and open children are checked at spawn (LimitExceeded); children
     # of one parent beyond max_running_children wait in the queue.
     subagent_limits: SubagentLimits = field(default_factory=SubagentLimits)
+    # Token and cost budgets for sessions and trees whose spawn set none (store/ops/budgets.py).
+    budgets: BudgetDefaults = field(default_factory=BudgetDefaults)
     max_running_children: int = 4
     # A turn longer than this is cancelled; None disables the timeout.
     turn_timeout_s: float | None = 600.0

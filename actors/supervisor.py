@@ -62,6 +62,7 @@ class Supervisor:
             self._stopped,
             threading.BoundedSemaphore(max(1, settings.max_concurrent_starts)),
             self.notify,
+            self.cancel_turn,
             live_agents=self.live_agents,
         )
         self._stopping = self._deps.stopping

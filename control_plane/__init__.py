@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         AgentExited,
         AgentProtocolError,
         AgentStartFailed,
+        BudgetExceeded,
         CheckpointError,
         CommandNotFound,
         CommandState,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         Synchronous,
     )
     from store.migrate import SchemaTooNew
+    from store.usage import Budget, BudgetAction
 
 __all__ = [
     "AgentCommandError",
@@ -66,6 +68,9 @@ __all__ = [
     "AgentStartFailed",
     "AsyncControlPlane",
     "BindingRecord",
+    "Budget",
+    "BudgetAction",
+    "BudgetExceeded",
     "CheckpointError",
     "CommandKind",
     "CommandNotFound",
@@ -106,6 +111,8 @@ _SOURCES: dict[str, str] = {
     "RuntimeSettings": "actors.settings",
     "AgentCommandError": "control_plane.agents",
     "SchemaTooNew": "store.migrate",
+    "Budget": "store.usage",
+    "BudgetAction": "store.usage",
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",
     "Outcome": "control_plane.outcome",
@@ -117,6 +124,7 @@ _SOURCES: dict[str, str] = {
             "AgentExited",
             "AgentProtocolError",
             "AgentStartFailed",
+            "BudgetExceeded",
             "CheckpointError",
             "CommandNotFound",
             "CommandState",

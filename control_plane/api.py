@@ -46,6 +46,7 @@ from store import (
     StoreOptions,
     ops,
 )
+from store.usage import Budget
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
@@ -165,6 +166,8 @@ class ControlPlane(FrontEndServices):
         announce: bool = True,
         announce_as_prompt: bool = True,
         mcp_servers: Sequence[dict[str, Any]] | None = None,
+        budget: Budget | None = None,
+        tree_budget: Budget | None = None,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
 
@@ -180,6 +183,9 @@ class ControlPlane(FrontEndServices):
         ``mcp_servers`` (ACP ``McpServer`` objects as dicts) are offered to the agent at each
         launch besides the control plane's own; their env and header values are kept in
         this process's memory, never stored (``actors/client_mcp.py``).
+
+        ``budget`` limits this session's tokens and/or cost, ``tree_budget`` (on a root) its
+        whole tree's; both override the configured defaults (``docs/observability.md``).
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
         # Values the host handed in are kept in memory for this process's launches only.
@@ -201,6 +207,10 @@ class ControlPlane(FrontEndServices):
             meta.update({"mode": mode, "announcePrompt": announce_as_prompt})
         if mcp_servers:
             meta["mcpServers"] = redacted_mcp_servers(mcp_servers)
+        if budget is not None:
+            meta["budget"] = budget.to_json()
+        if tree_budget is not None:
+            meta["treeBudget"] = tree_budget.to_json()
         result = self._store.spawn(
             spec,
             os.path.abspath(os.fspath(cwd if cwd is not None else os.getcwd())),

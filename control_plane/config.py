@@ -22,6 +22,11 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     fs_s = 30                       # the longest an agent's fs read or write may take
     store_fault_s = 60              # a batch exits 1 once the store refused writes this long
 
+    [budgets.session]                 # also [budgets.tree] and [budgets.batch]
+    tokens = 2000000                  # total tokens the agent reports; and/or:
+    cost_usd = 20.0                   # the cost it reports (usage_update)
+    action = "stop"                   # or "warn": an event, nothing stopped
+
     [permissions]
     default = "ask"                   # allow | deny | ask
     by_kind = { read = "allow", execute = "deny" }
@@ -44,7 +49,14 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from protocol.agent.permissions import Decision
 from state_machines import ControlPlaneError, QueueMode
@@ -53,6 +65,7 @@ if TYPE_CHECKING:  # imported where used: reading the configuration needs neithe
     from actors.agent_profiles import AgentProfiles
     from actors.settings import RuntimeSettings
     from store import AgentSpec, StoreOptions
+    from store.usage import Budget
 
 
 class ConfigError(ControlPlaneError):
@@ -88,6 +101,31 @@ class Timeouts(_Strict):
     # How long a batch keeps going while the store refuses every write (disk full, a lock
     # held elsewhere) before it exits 1; the rerun finishes the work.
     store_fault_s: float = Field(60.0, gt=0)
+
+
+class BudgetConfig(_Strict):
+    """At most ``tokens`` (reported by the agent) and/or ``cost_usd``; then ``action``."""
+
+    tokens: int | None = Field(None, ge=1)
+    cost_usd: float | None = Field(None, gt=0)
+    action: Literal["stop", "warn"] = "stop"
+
+    @model_validator(mode="after")
+    def _has_a_limit(self) -> BudgetConfig:
+        if self.tokens is None and self.cost_usd is None:
+            raise ValueError("a budget needs tokens or cost_usd")
+        return self
+
+    def budget(self) -> Budget:
+        from store.usage import Budget, BudgetAction
+
+        return Budget(self.tokens, self.cost_usd, BudgetAction(self.action))
+
+
+class Budgets(_Strict):
+    session: BudgetConfig | None = None  # each session (a spawn's own budget wins)
+    tree: BudgetConfig | None = None  # each root and its descendants together
+    batch: BudgetConfig | None = None  # all the tasks of one ``acpctl batch`` run
 
 
 class Permissions(_Strict):
@@ -129,6 +167,7 @@ class Config(_Strict):
     limits: Limits = Field(default_factory=lambda: Limits())
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     permissions: Permissions = Field(default_factory=Permissions)
+    budgets: Budgets = Field(default_factory=Budgets)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     @property
@@ -146,6 +185,9 @@ class Config(_Strict):
         from actors.settings import RuntimeSettings
         from protocol.agent.client import FsLimits
         from protocol.agent.permissions import PermissionPolicy
+        from store.ops.budgets import BudgetDefaults
+
+        session, tree = self.budgets.session, self.budgets.tree
 
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,
@@ -163,6 +205,10 @@ class Config(_Strict):
             "max_live_agents": self.limits.max_live_agents,
             "agent_log_max_bytes": self.limits.agent_log_max_bytes,
             "log_dir": str(self.db_path.parent / "agent-logs"),
+            "budgets": BudgetDefaults(
+                session=None if session is None else session.budget(),
+                tree=None if tree is None else tree.budget(),
+            ),
         }
         values.update(overrides)
         return RuntimeSettings(**values)

@@ -17,6 +17,8 @@ from state_machines import StoreError
 from store import EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionCommit
 from store.hashing import command_hash
+from store.ops import budgets
+from store.usage import Budget, BudgetScope, BudgetStop, Usage
 
 T = TypeVar("T")
 
@@ -78,6 +80,33 @@ class FrontEndServices:
         return self._store.read(
             lambda c: queries.events_of_kinds_after(c, session_id, kinds, after_seq)
         )
+
+    def usage(self, session_id: str, tree: bool = False) -> Usage:
+        """What the session's agent reported it used (with ``tree``: the session and all its
+        descendants together)."""
+        return self._store.read(
+            lambda c: queries.usage_sum(
+                c, [session_id, *(queries.descendants(c, session_id) if tree else ())]
+            )
+        )
+
+    def budget_stop(self, session_id: str) -> BudgetStop | None:
+        """The budget that stopped the session, if one did."""
+        self._store.get_session(session_id)  # SessionNotFound for unknown ids
+        return self._store.read(lambda c: queries.session_usage(c, session_id)).stopped
+
+    def apply_budget(
+        self, scope: BudgetScope, budget: Budget, session_ids: Sequence[str]
+    ) -> tuple[BudgetStop | None, list[str]]:
+        """Check one budget over ``session_ids`` together (a batch's sessions): what was
+        reached, if anything, and, for a stop budget, the sessions it just stopped (their
+        queued prompts cancelled, their running turns told to cancel)."""
+        scoped = budgets.ScopedBudget(scope, budget, tuple(session_ids))
+        reached, stopped = self._store.write(lambda ctx: budgets.apply(ctx, scoped))
+        for sid in stopped:
+            self._store.cancel(sid)
+            self._supervisor.cancel_turn(sid)
+        return reached, stopped
 
     def agent_capabilities(self, command: tuple[str, ...] | list[str]) -> dict[str, Any] | None:
         """What this agent command answered to ``initialize`` when it last started."""

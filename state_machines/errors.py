@@ -14,6 +14,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── StaleEpoch             a write carrying an outdated fencing epoch
     ├── OwnedElsewhere         another live process runs the session
     ├── LimitExceeded          a configured limit refused the request
+    ├── BudgetExceeded         a token or cost budget stopped the session (or its tree, batch)
     ├── AgentStartFailed       the agent process could not be started or initialized
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
     │   └── AgentExited        the agent process ended while a request was in flight
@@ -124,6 +125,21 @@ class LimitExceeded(ControlPlaneError):
         self.limit = limit
         self.value = value
         super().__init__(f"limit {limit}={value} exceeded" + (f": {detail}" if detail else ""))
+
+
+class BudgetExceeded(ControlPlaneError):
+    """A budget stopped the session: its running turn was cancelled, and prompts (and new
+    children) are refused from then on, across restarts. ``budget`` names it (``session
+    tokens``, ``tree cost_usd``, ``batch tokens``), with its ``limit`` and what was ``used``."""
+
+    def __init__(self, session_id: str, budget: str, limit: float, used: float) -> None:
+        self.session_id = session_id
+        self.budget = budget
+        self.limit = limit
+        self.used = used
+        super().__init__(
+            f"session {session_id} is stopped by its {budget} budget: {used:g} used of {limit:g}"
+        )
 
 
 class _AgentFailure(ControlPlaneError):

@@ -28,3 +28,5 @@ class EventKind(StrEnum):
     CONTEXT_LOST = "context_lost"  # the agent could not restore the session: a new one
     ANNOUNCE = "announce"  # a child's finished run, in its parent's log
     CLOSED = "closed"  # the session closed for good (reason)
+    BUDGET_WARNING = "budget_warning"  # a warn budget was reached (once per budget)
+    BUDGET_EXCEEDED = "budget_exceeded"  # a stop budget stopped the session (budget, used)

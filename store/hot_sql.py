@@ -44,6 +44,10 @@ SESSION_WORK = (
     f"AND c.state = '{_QUEUED}') FROM sessions s WHERE s.id = ?"
 )
 SESSION_QUEUE_MODE = "SELECT queue_mode FROM sessions WHERE id = ?"
+# Whether a budget stopped the session: checked before every prompt is queued.
+STOPPED_BY = "SELECT stopped_by FROM session_usage WHERE session_id = ?"
+# What decides which budgets apply to a session, read at every turn's end.
+SESSION_BUDGET_FACTS = "SELECT metadata, parent_id FROM sessions WHERE id = ?"
 INSERT_COMMAND = (
     f"INSERT INTO commands ({_CMD_COLS}) VALUES ({', '.join('?' for _ in COMMAND_COLUMNS)})"
 )

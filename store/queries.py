@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
@@ -16,7 +17,9 @@ from store.records import BindingRecord, CommandRecord, EventRecord, SessionReco
 from store.rows import binding_from_row, command_from_row, event_from_row, session_from_row
 from store.schema import agent_capabilities as agent_capabilities_table
 from store.schema import bindings, commands, delivery_checkpoints, events, sessions
+from store.schema import session_usage as usage_table
 from store.schema import store_identity as store_identity_table
+from store.usage import BudgetStop, SessionUsage, Usage
 
 
 def get_session(conn: Connection, session_id: str) -> SessionRecord:
@@ -309,3 +312,58 @@ def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
         (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
     ).fetchone()
     return int(count)
+
+
+def session_usage(conn: Connection, session_id: str) -> SessionUsage:
+    """What the session's agent reported it used, and the budget that stopped it, if any."""
+    row = conn.execute(select(usage_table).where(usage_table.c.session_id == session_id)).first()
+    if row is None:
+        return SessionUsage(session_id, Usage(), None)
+    stopped = json.loads(row.stopped_by) if row.stopped_by else None
+    return SessionUsage(
+        session_id,
+        Usage(row.input_tokens, row.output_tokens, row.total_tokens, row.cost_usd),
+        None if stopped is None else BudgetStop(**stopped),
+    )
+
+
+def usage_sum(conn: Connection, session_ids: Sequence[str]) -> Usage:
+    """The usage of several sessions together (a tree, a batch)."""
+    total = Usage()
+    for start in range(0, len(session_ids), 500):  # SQLite's bound-parameter limit
+        row = conn.execute(
+            select(
+                func.coalesce(func.sum(usage_table.c.input_tokens), 0),
+                func.coalesce(func.sum(usage_table.c.output_tokens), 0),
+                func.coalesce(func.sum(usage_table.c.total_tokens), 0),
+                func.coalesce(func.sum(usage_table.c.cost_usd), 0.0),
+            ).where(usage_table.c.session_id.in_(session_ids[start : start + 500]))
+        ).one()
+        total = total + Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+    return total
+
+
+def tree_root(conn: Connection, session_id: str) -> str:
+    """The root of the session's tree (itself for a root)."""
+    current = session_id
+    while True:
+        parent = conn.execute(
+            select(sessions.c.parent_id).where(sessions.c.id == current)
+        ).scalar_one_or_none()
+        if parent is None:
+            return current
+        current = parent
+
+
+def usage_totals(conn: Connection) -> tuple[Usage, int]:
+    """Every session's usage together, and how many sessions a budget stopped."""
+    row = conn.execute(
+        select(
+            func.coalesce(func.sum(usage_table.c.input_tokens), 0),
+            func.coalesce(func.sum(usage_table.c.output_tokens), 0),
+            func.coalesce(func.sum(usage_table.c.total_tokens), 0),
+            func.coalesce(func.sum(usage_table.c.cost_usd), 0.0),
+            func.count(usage_table.c.stopped_by),
+        )
+    ).one()
+    return Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3])), int(row[4])

@@ -143,3 +143,17 @@ store_identity = Table(
     Column("id", String, primary_key=True),
     Column("created_at", Float, nullable=False),
 )
+
+# What each session's agent reported it used, and the budget that stopped it (0008). A row
+# appears with the first usage or stop; a session without one has used nothing.
+session_usage = Table(
+    "session_usage",
+    metadata,
+    Column("session_id", String, ForeignKey("sessions.id"), primary_key=True),
+    Column("input_tokens", Integer, nullable=False, default=0),
+    Column("output_tokens", Integer, nullable=False, default=0),
+    Column("total_tokens", Integer, nullable=False, default=0),
+    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("stopped_by", Text, nullable=True),  # JSON {budget, limit, used}
+    Column("updated_at", Float, nullable=False),
+)

@@ -43,6 +43,7 @@ from store.records import (
     SubagentLimits,
 )
 from store.retry import retry_on_lock
+from store.usage import SessionUsage
 from store.writer import Commit, GroupCommitWriter, WriteContext
 
 T = TypeVar("T")
@@ -362,6 +363,10 @@ class Store:
             return queries.events_after(conn, session_id, after_seq, limit)
 
         return self.read(run)
+
+    def usage(self, session_id: str) -> SessionUsage:
+        """What the session's agent reported it used, and the budget that stopped it."""
+        return self.read(lambda c: queries.session_usage(c, session_id))
 
     def command_events(self, session_id: str, command_id: str) -> list[EventRecord]:
         return self.read(lambda c: queries.command_events(c, session_id, command_id))

@@ -27,12 +27,9 @@ from typing import Any, TypeVar
 import pykka
 
 from actors.session.agent_start import call_quietly, start_agent, stop_agent
+from actors.session.budget_watch import BudgetWatch
 from actors.session.deps import ActorDeps
-from actors.session.durable import (
-    spare_interrupted_turn,
-    write_after_frames,
-    write_until_taken,
-)
+from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
 from actors.session.messages import (
     AgentGone,
@@ -76,6 +73,7 @@ class SessionActor(pykka.ThreadingActor):
         self.recorder = StoreRecorder(
             deps.store, session_id, min_interval_s=deps.settings.record_interval_s
         )
+        self.budget = BudgetWatch.attached(self.recorder, deps)  # usage against budgets
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
         self.last_active = time.monotonic()
         self.closing = False
@@ -311,11 +309,13 @@ class SessionActor(pykka.ThreadingActor):
 
     def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
         outcome, final, error = turn_outcome(result, self.recorder.take_text(), self.turn_timeout)
-        self._after_frames(
-            lambda ctx: turns.finish_turn(
-                ctx, self.session_id, self.epoch, ids, outcome, final, error
-            )
+        sid, epoch = self.session_id, self.epoch
+        write, then = self.budget.after_turn(
+            lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, final, error),
+            outcome.get("usage"),
         )
+        self._after_frames(write)
+        then()
 
     def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
         """Commit a turn's end behind (and with) the turn's last recorded updates."""

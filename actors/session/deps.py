@@ -24,6 +24,7 @@ class ActorDeps:
     on_stopped: Callable[[str, str], None]
     starts: threading.BoundedSemaphore  # agent starts in progress, process-wide
     notify: Callable[[str], None]  # wake another session (siblings waiting for their turn)
+    cancel_turn: Callable[[str], None]  # cancel a session's running turn (a budget stopped it)
     # Set when the process shuts down (Ctrl-C, close): start no turn and count no failure.
     stopping: threading.Event = field(default_factory=threading.Event)
     # Where the actor posts when it went idle, for the cap on live agents.

@@ -37,6 +37,7 @@ from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
 from store import NewEvent, Store, ops
+from store.usage import usage_update_cost
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class StoreRecorder:
         self._retry_delay = 0.0  # the backoff while the store refuses writes (0: it takes them)
         self._waiters: list[tuple[int, Future[None]]] = []
         self._text = TurnText()
+        # Called with the cost of each usage_update (on the loop): the session's budgets.
+        self.on_cost: Callable[[float], None] | None = None
 
     # -- Recorder protocol (called on the protocol loop) ---------------------------------
 
@@ -75,6 +78,11 @@ class StoreRecorder:
         if self.command_id is not None:
             for _, message in frames:
                 self._text.add(message)
+        if self.on_cost is not None:
+            for _, message in frames:
+                cost = usage_update_cost(message)
+                if cost is not None:
+                    self.on_cost(cost)
         self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from control_plane.batch.tasks import Task
 from protocol.atomic_file import write_text_atomically
 from state_machines import CommandState, SessionState, StoreUnavailable, outcome_status
 from store import AgentSpec, CommandRecord, SessionRecord
+from store.usage import Budget, BudgetScope, BudgetStop, Usage
 
 
 def default_batch_id(tasks_path: str | os.PathLike[str]) -> str:
@@ -68,6 +69,9 @@ class BatchOptions:
     # Give up (StoreUnavailable, exit 1) once the store has refused every write this long:
     # a full disk must not leave a batch hanging; the rerun finishes the work.
     store_fault_s: float = 60.0
+    # All the batch's tasks together (tokens and/or cost their agents report): on reaching
+    # it, "stop" cancels what runs and what is queued; "warn" reports it once.
+    budget: Budget | None = None
 
 
 class BatchRun:
@@ -77,6 +81,7 @@ class BatchRun:
         self.options = options
         self.runs: list[TaskRun] = []
         self.resumed = 0  # tasks found from an earlier run of the same batch
+        self.budget_reached: BudgetStop | None = None  # the batch budget, once reached
 
     def key(self, task: Task, generation: int) -> str:
         suffix = f":retry{generation}" if generation else ""
@@ -153,6 +158,22 @@ class BatchRun:
                 counts.queued += 1
         return counts
 
+    def enforce_budget(self) -> None:
+        """Check the batch budget over every task's session (until it is reached once)."""
+        budget = self.options.budget
+        if budget is None or self.budget_reached is not None or not self.runs:
+            return
+        ids = [run.session_id for run in self.runs]
+        reached, _ = self.cp.apply_budget(BudgetScope.BATCH, budget, ids)
+        self.budget_reached = reached
+
+    def usage(self) -> Usage:
+        """What all the batch's tasks used together."""
+        total = Usage()
+        for run in self.runs:
+            total = total + self.cp.usage(run.session_id)
+        return total
+
     def close_finished(self, closed: set[str]) -> None:
         """Close the session of each finished task: its agent process ends now, not at
         passivation (a batch may hold thousands)."""
@@ -180,6 +201,7 @@ class BatchRun:
                     "writes",
                     path=fault.path,
                 )
+            self.enforce_budget()
             counts = self.counts()
             if on_progress is not None:
                 on_progress(counts)

@@ -56,8 +56,11 @@ def run_batch(
     retry_failed: bool,
     batch_id: str | None,
     json_out: bool,
+    budget_tokens: int | None = None,
+    budget_cost: float | None = None,
 ) -> int:
     from control_plane.batch.tasks import read_tasks
+    from store.usage import Budget
 
     tasks_file = existing_file(tasks_file)
     tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
@@ -78,6 +81,13 @@ def run_batch(
         agents=config.agent,
         queue_mode=config.queue_mode.value,
         store_fault_s=config.timeouts.store_fault_s,
+        budget=(
+            Budget(budget_tokens, budget_cost)
+            if budget_tokens is not None or budget_cost is not None
+            else None
+            if config.budgets.batch is None
+            else config.budgets.batch.budget()
+        ),
     )
     with opened(ctx, run_sessions=True, max_running_turns=jobs) as cp:
         batch = BatchRun(cp, tasks, options)
@@ -117,8 +127,18 @@ def run_batch(
 
             counts = batch.run(report)
         rows = batch.result_rows()
+        usage = batch.usage()
+        reached = batch.budget_reached
     if json_out:
-        print_json({"batch": options.batch_id, "results": str(options.results_path), "tasks": rows})
+        print_json(
+            {
+                "batch": options.batch_id,
+                "results": str(options.results_path),
+                "tasks": rows,
+                "usage": usage.to_json(),
+                "budgetReached": None if reached is None else reached.to_json(),
+            }
+        )
     else:
         table = Table("task", "status", "attempts", "stop reason / error")
         for row in rows:
@@ -126,6 +146,20 @@ def run_batch(
             table.add_row(row["id"], row["status"], str(row["attempts"]), str(detail)[:80])
         out.print(table)
         out.print(f"{counts.done} done, {counts.failed} failed of {total}")
+        out.print(
+            f"usage: {usage.total_tokens} tokens ({usage.input_tokens} in, "
+            f"{usage.output_tokens} out), ${usage.cost_usd:.4f}"
+        )
+        if reached is not None:
+            verb = (
+                "stopped the batch"
+                if options.budget and options.budget.action == "stop"
+                else "reached"
+            )
+            out.print(
+                f"budget {reached.budget} {verb}: {reached.used:g} used of {reached.limit:g}",
+                highlight=False,
+            )
         out.print(f"results: {options.results_path}")
         if options.transcripts_dir is not None:
             out.print(f"transcripts: {options.transcripts_dir}")
@@ -159,6 +193,14 @@ def batch_command(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the results as one JSON document.")
     ] = False,
+    budget_tokens: Annotated[
+        int | None,
+        typer.Option("--budget-tokens", min=1, help="Stop the batch at this many tokens."),
+    ] = None,
+    budget_cost: Annotated[
+        float | None,
+        typer.Option("--budget-cost", min=0.0, help="Stop the batch at this cost (USD)."),
+    ] = None,
 ) -> None:
     """Run many prompts durably. Kill it at any moment and run the same command again: it
     resumes, never runs a completed task twice, and the results file lists every task once.
@@ -176,6 +218,8 @@ def batch_command(
             retry_failed,
             batch_id,
             json_out,
+            budget_tokens,
+            budget_cost,
         )
     raise typer.Exit(code)
 

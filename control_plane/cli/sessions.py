@@ -103,10 +103,14 @@ def show(
         children = store.list_sessions(parent_id=session_id, limit=1000)
         last = max(0, session.last_event_seq - events)
         recent = store.events(session_id, after_seq=last)
+        usage = store.usage(session_id)
+    stopped = None if usage.stopped is None else usage.stopped.to_json()
     if json_out:
         print_json(
             {
                 **session_json(session),
+                "usage": usage.usage.to_json(),
+                "stoppedByBudget": stopped,
                 "commands": [
                     {
                         "id": c.id,
@@ -130,6 +134,18 @@ def show(
     )
     if session.last_error:
         out.print(f"last error: {session.last_error}")
+    used = usage.usage
+    out.print(
+        f"usage: {used.total_tokens} tokens ({used.input_tokens} in, {used.output_tokens} out)"
+        f", ${used.cost_usd:.4f}",
+        highlight=False,
+    )
+    if usage.stopped is not None:
+        out.print(
+            f"stopped by its {usage.stopped.budget} budget: "
+            f"{usage.stopped.used:g} used of {usage.stopped.limit:g}",
+            highlight=False,
+        )
     table = Table("seq", "kind", "state", "attempts", "outcome")
     for c in commands:
         outcome = c.error or (c.result or {}).get("stopReason") or ""
@@ -279,6 +295,7 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
             lambda c: queries.orphaned_sessions(c, this_owner(), include_mine=False)
         )
         interrupted = store.read(queries.interrupted_counts)
+        usage, stopped = store.read(queries.usage_totals)
         path = store.path
     report: dict[str, Any] = {
         "store": path,
@@ -291,6 +308,8 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
             "retried": interrupted["retried"],
             "failedAfterBudget": interrupted["failed"],
         },
+        "usage": usage.to_json(),
+        "stoppedByBudget": stopped,
     }
     if json_out:
         print_json(report)
@@ -307,4 +326,9 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
         f"recovery: {rec['interruptedRuns']} interrupted runs so far ({rec['retried']} retried, "
         f"{rec['failedAfterBudget']} failed after their attempt budget); "
         f"{rec['awaitingRecovery']} sessions of dead owners await the next open"
+    )
+    out.print(
+        f"usage: {usage.total_tokens} tokens, ${usage.cost_usd:.4f}; "
+        f"{stopped} sessions stopped by a budget",
+        highlight=False,
     )

@@ -12,7 +12,8 @@ then tool call), ``#read=PATH``, ``#readlines=PATH:LINE:LIMIT``,
 ``#write=PATH:CONTENT``, ``#plan``, ``#title=A_B``, ``#unknown-update``, ``#hang``,
 ``#hang-hard``, ``#garbage``, ``#flood-stderr=BYTES``, ``#oversize=BYTES``,
 ``#history``; then the reply streams (``#chunks=N`` / ``#updates=N`` replace the
-echo, ``#delay=MS`` paces it, ``#crash`` exits with code 3 after its first chunk).
+echo, ``#delay=MS`` paces it, ``#cost=USD`` sends a ``usage_update`` with the session's
+cumulative cost after each chunk, ``#crash`` exits with code 3 after its first chunk).
 Results of tool, permission, fs and history directives are appended to the reply.
 """
 

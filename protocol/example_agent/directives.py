@@ -44,6 +44,7 @@ class Directives:
     oversize: int | None = None
     history: bool = False
     mcp_servers: bool = False  # reply with the names of the MCP servers offered
+    cost_per_chunk: float | None = None  # a usage_update with the session's cost per chunk
     # MCP tool calls through the client's mcpServers: (tool name, arguments) in order
     mcp_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
@@ -80,6 +81,11 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         if number < 0:
             raise ValueError("must be >= 0")
         setattr(d, {"delay": "delay_ms", "flood-stderr": "flood_stderr"}.get(name, name), number)
+    elif name == "cost":
+        cost = float(value)
+        if not cost >= 0:  # also refuses NaN
+            raise ValueError("must be a number >= 0")
+        d.cost_per_chunk = cost
     elif name == "read":
         d.read = value
     elif name == "readlines":

@@ -25,10 +25,12 @@ from acp.agent.connection import AgentSideConnection
 from acp.schema import (
     AgentPlanUpdate,
     AllowedOutcome,
+    Cost,
     PermissionOption,
     PlanEntry,
     SessionInfoUpdate,
     ToolCallUpdate,
+    UsageUpdate,
 )
 
 from protocol.example_agent import mcp as example_agent_mcp
@@ -60,6 +62,7 @@ class TurnScript:
     def __init__(self, options: Options, stdout: asyncio.StreamWriter | None = None) -> None:
         self.options = options
         self.mcp_servers: dict[str, list[Any]] = {}  # per session, from new/load/resume
+        self.costs: dict[str, float] = {}  # per session: the cost #cost reported so far
         self._stdout = stdout
         self._conn: AgentSideConnection | None = None
 
@@ -229,10 +232,24 @@ class TurnScript:
             if index and delay:
                 await asyncio.sleep(delay)
             await self._chunk(sid, chunk, turn)
+            if d.cost_per_chunk is not None:
+                await self._report_cost(sid, d.cost_per_chunk)
             if d.crash:
                 await self._crash()
         if d.crash:  # an empty reply (e.g. #chunks=0) still crashes
             await self._crash()
+
+    async def _report_cost(self, sid: str, cost: float) -> None:
+        """``#cost=X``: the session's cumulative cost grows by X per chunk (this process's
+        count), reported as ACP reports it, in a ``usage_update``."""
+        total = self.costs[sid] = self.costs.get(sid, 0.0) + cost
+        update = UsageUpdate(
+            session_update="usage_update",
+            used=0,
+            size=200_000,
+            cost=Cost(amount=round(total, 9), currency="USD"),
+        )
+        await self._send(sid, update)
 
     async def _crash(self) -> None:
         """Exit with code 3 at once (no cleanup), after the frames sent so far are out."""

@@ -7,6 +7,7 @@ from typing import Any
 from acp import RequestError
 
 from state_machines import (
+    BudgetExceeded,
     ControlPlaneError,
     IdempotencyConflict,
     LimitExceeded,
@@ -17,7 +18,7 @@ from state_machines import (
 
 def to_request_error(exc: ControlPlaneError) -> RequestError:
     """-32602 for what the client got wrong (unknown or closed session, a reused key, a
-    limit); -32603 for failures on our side."""
+    limit); -32600 for a session a budget stopped; -32603 for failures on our side."""
     if isinstance(exc, SessionNotFound):
         return RequestError.invalid_params(
             {"sessionId": exc.session_id, "reason": "unknown session"}
@@ -30,6 +31,18 @@ def to_request_error(exc: ControlPlaneError) -> RequestError:
         return RequestError.invalid_params({"idempotencyKey": exc.key, "reason": str(exc)})
     if isinstance(exc, LimitExceeded):
         return RequestError.invalid_params({"limit": exc.limit, "reason": str(exc)})
+    if isinstance(exc, BudgetExceeded):
+        # -32600: the request is well formed, but this session takes no more prompts.
+        return RequestError.invalid_request(
+            {
+                "sessionId": exc.session_id,
+                "reason": "budget exceeded",
+                "budget": exc.budget,
+                "limit": exc.limit,
+                "used": exc.used,
+                "details": str(exc),
+            }
+        )
     return RequestError.internal_error({"details": str(exc)})
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from sqlalchemy import select
 
 from state_machines import (
+    BudgetExceeded,
     CommandEvent,
     CommandState,
     IdempotencyConflict,
@@ -176,6 +178,7 @@ def submit_prompt(
     if find_by_key(ctx, session_id, idempotency_key) is not None:
         retried = enqueue(ctx, session_id, CommandKind.PROMPT, payload, idempotency_key)
         return retried.command, False
+    refuse_if_stopped(ctx, session_id)
     if effective is QueueMode.INTERRUPT:
         cancel(ctx, session_id, include_queued=True)
     elif effective is QueueMode.STEER:
@@ -185,3 +188,12 @@ def submit_prompt(
         ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
     ).command
     return command, effective in (QueueMode.STEER, QueueMode.INTERRUPT)
+
+
+def refuse_if_stopped(ctx: WriteContext, session_id: str) -> None:
+    """``BudgetExceeded`` for a session a budget stopped (store/ops/budgets.py): before a
+    new prompt is queued for it, or a child is spawned under it."""
+    row = ctx.raw.execute(hot.STOPPED_BY, (session_id,)).fetchone()
+    if row is not None and row[0]:
+        reached = json.loads(row[0])
+        raise BudgetExceeded(session_id, reached["budget"], reached["limit"], reached["used"])

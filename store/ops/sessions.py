@@ -30,7 +30,7 @@ from store.ops._shared import (
     new_id,
     transition_session,
 )
-from store.ops.commands import cancel_queued
+from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import insert_events
 from store.records import (
     AgentSpec,
@@ -91,6 +91,7 @@ def spawn(
     depth = 0
     if parent_id is not None:
         depth = _check_child_limits(conn, parent_id, limits or SubagentLimits())
+        refuse_if_stopped(ctx, parent_id)  # a budget stopped the parent: no new children
     now = time.time()
     session_id = new_id()
     conn.execute(

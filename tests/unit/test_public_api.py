@@ -28,6 +28,9 @@ PINNED_ALL = [
     "AgentStartFailed",
     "AsyncControlPlane",
     "BindingRecord",
+    "Budget",
+    "BudgetAction",
+    "BudgetExceeded",
     "CheckpointError",
     "CommandKind",
     "CommandNotFound",
@@ -83,7 +86,8 @@ PINNED_CONTROL_PLANE = [
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
     *("latest_event", "live_sessions", "on_commands_finished", "on_events_committed"),
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
-    *("settings", "store_fault", "store_path", "watch_session"),
+    *("settings", "store_fault", "store_path", "watch_session", "usage", "budget_stop"),
+    "apply_budget",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.

@@ -1,0 +1,197 @@
+"""Usage accounting and budgets, inside the turn's own transactions.
+
+A turn's reported tokens are added in the transaction that records its outcome, and the
+budgets are checked there; a ``usage_update`` with a cost is recorded (and checked) while
+the turn runs. A budget with action ``stop`` that is reached marks every session of its
+scope stopped (``session_usage.stopped_by``), cancels their queued prompts and logs a
+``budget_exceeded`` event in each; from then on ``refuse_if_stopped`` refuses their prompts
+and new children, across restarts. The caller cancels the running turns it is told about.
+A ``warn`` budget logs one ``budget_warning`` per session and budget.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func
+from sqlalchemy.dialects.sqlite import insert
+
+from state_machines import SessionState
+from state_machines.event_kinds import EventKind
+from store import hot_sql as hot
+from store import queries
+from store.ops.commands import cancel_queued, refuse_if_stopped
+from store.ops.events import append_events
+from store.records import NewEvent
+from store.schema import session_usage
+from store.usage import Budget, BudgetAction, BudgetScope, BudgetStop, Usage, turn_usage
+from store.writer import WriteContext
+
+__all__ = [
+    "BudgetDefaults",
+    "ScopedBudget",
+    "add_turn_usage",
+    "apply",
+    "budgets_of",
+    "check",
+    "record_cost",
+    "refuse_if_stopped",
+    "stop",
+]
+
+
+@dataclass(frozen=True)
+class BudgetDefaults:
+    """Budgets from the configuration, for sessions whose spawn set none."""
+
+    session: Budget | None = None
+    tree: Budget | None = None
+
+
+@dataclass(frozen=True)
+class ScopedBudget:
+    scope: BudgetScope
+    budget: Budget
+    session_ids: tuple[str, ...]  # every session whose usage counts against it
+
+
+def _add(ctx: WriteContext, session_id: str, usage: Usage, cost: float | None) -> None:
+    """Add ``usage`` to the session's row; ``cost`` (cumulative, as agents report it)
+    replaces the stored cost when it is higher."""
+    now = time.time()
+    values: dict[str, Any] = {
+        "session_id": session_id,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "cost_usd": cost if cost is not None else 0.0,
+        "updated_at": now,
+    }
+    table = session_usage.c
+    statement = insert(session_usage).values(**values)
+    set_: dict[str, Any] = {
+        "input_tokens": table.input_tokens + usage.input_tokens,
+        "output_tokens": table.output_tokens + usage.output_tokens,
+        "total_tokens": table.total_tokens + usage.total_tokens,
+        "updated_at": now,
+    }
+    if cost is not None:
+        set_["cost_usd"] = func.max(statement.excluded.cost_usd, table.cost_usd)
+    ctx.conn.execute(statement.on_conflict_do_update(index_elements=["session_id"], set_=set_))
+
+
+def budgets_of(ctx: WriteContext, session_id: str, defaults: BudgetDefaults) -> list[ScopedBudget]:
+    """The session's own budget (from its spawn, else the default) and its tree's (from the
+    root's spawn, else the default), with the sessions each one counts. A root session
+    with no budget anywhere costs one primary-key read (this runs at every turn's end)."""
+    conn = ctx.conn
+    metadata_text, parent_id = ctx.raw.execute(hot.SESSION_BUDGET_FACTS, (session_id,)).fetchone()
+    metadata = json.loads(metadata_text)
+    if (
+        defaults == BudgetDefaults()
+        and parent_id is None
+        and "budget" not in metadata
+        and "treeBudget" not in metadata
+    ):
+        return []
+    found: list[ScopedBudget] = []
+    own = metadata.get("budget")
+    session_budget = Budget.from_json(own) if own else defaults.session
+    if session_budget is not None:
+        found.append(ScopedBudget(BudgetScope.SESSION, session_budget, (session_id,)))
+    root = queries.tree_root(conn, session_id) if parent_id is not None else session_id
+    root_meta = metadata if root == session_id else queries.get_session(conn, root).metadata
+    root_budget = root_meta.get("treeBudget")
+    tree_budget = Budget.from_json(root_budget) if root_budget else defaults.tree
+    if tree_budget is not None:
+        tree = (root, *queries.descendants(conn, root))
+        found.append(ScopedBudget(BudgetScope.TREE, tree_budget, tree))
+    return found
+
+
+def _reached(scoped: ScopedBudget, used: Usage) -> BudgetStop | None:
+    budget = scoped.budget
+    if budget.tokens is not None and used.total_tokens >= budget.tokens:
+        return BudgetStop(f"{scoped.scope.value} tokens", budget.tokens, used.total_tokens)
+    if budget.cost_usd is not None and used.cost_usd >= budget.cost_usd:
+        return BudgetStop(f"{scoped.scope.value} cost_usd", budget.cost_usd, used.cost_usd)
+    return None
+
+
+def check(ctx: WriteContext, session_id: str, budgets: Sequence[ScopedBudget]) -> list[str]:
+    """Apply every budget that is reached; returns the sessions a stop budget just stopped
+    (their running turns are for the caller to cancel)."""
+    stopped: list[str] = []
+    for scoped in budgets:
+        reached = _reached(scoped, queries.usage_sum(ctx.conn, scoped.session_ids))
+        if reached is None:
+            continue
+        if scoped.budget.action is BudgetAction.WARN:
+            _warn_once(ctx, session_id, reached)
+        else:
+            stopped += stop(ctx, scoped.session_ids, reached)
+    return stopped
+
+
+def apply(ctx: WriteContext, scoped: ScopedBudget) -> tuple[BudgetStop | None, list[str]]:
+    """One budget over its sessions, without a warning event (a batch reports it itself):
+    what was reached, and the sessions a stop budget just stopped."""
+    reached = _reached(scoped, queries.usage_sum(ctx.conn, scoped.session_ids))
+    if reached is None or scoped.budget.action is BudgetAction.WARN:
+        return reached, []
+    return reached, stop(ctx, scoped.session_ids, reached)
+
+
+def stop(ctx: WriteContext, session_ids: Sequence[str], reached: BudgetStop) -> list[str]:
+    """Stop every open session of ``session_ids`` that is not stopped yet; returns them."""
+    stopped = []
+    text = json.dumps(reached.to_json())
+    for sid in session_ids:
+        if queries.session_usage(ctx.conn, sid).stopped is not None:
+            continue
+        if queries.get_session(ctx.conn, sid).state is SessionState.CLOSED:
+            continue
+        _add(ctx, sid, Usage(), None)  # the row exists from here on
+        ctx.conn.execute(
+            session_usage.update()
+            .where(session_usage.c.session_id == sid)
+            .values(stopped_by=text, updated_at=time.time())
+        )
+        cancel_queued(ctx, sid, f"budget exceeded: {reached.budget}")
+        append_events(ctx, sid, None, [NewEvent(EventKind.BUDGET_EXCEEDED, reached.to_json())])
+        stopped.append(sid)
+    return stopped
+
+
+def _warn_once(ctx: WriteContext, session_id: str, reached: BudgetStop) -> None:
+    earlier = queries.events_of_kinds_after(
+        ctx.conn, session_id, (EventKind.BUDGET_WARNING.value,), 0
+    )
+    if any(e.payload.get("budget") == reached.budget for e in earlier):
+        return
+    append_events(ctx, session_id, None, [NewEvent(EventKind.BUDGET_WARNING, reached.to_json())])
+
+
+def add_turn_usage(
+    ctx: WriteContext,
+    session_id: str,
+    reported: dict[str, Any] | None,
+    defaults: BudgetDefaults,
+) -> list[str]:
+    """Count a finished turn's tokens and check the budgets; the sessions stopped."""
+    used = turn_usage(reported)
+    if used != Usage():  # an agent that reports nothing costs no write
+        _add(ctx, session_id, used, None)
+    return check(ctx, session_id, budgets_of(ctx, session_id, defaults))
+
+
+def record_cost(
+    ctx: WriteContext, session_id: str, cost_usd: float, defaults: BudgetDefaults
+) -> list[str]:
+    """Record the session's cumulative cost reported mid-turn and check the budgets."""
+    _add(ctx, session_id, Usage(), cost_usd)
+    return check(ctx, session_id, budgets_of(ctx, session_id, defaults))
