@@ -60,6 +60,14 @@ class AgentProfiles:
         profile = self.get(name)
         return agent_environment(dict(profile.env), (*passthrough, *profile.passthrough))
 
+    def secret_values(self, name: str, passthrough: Iterable[str] = ()) -> tuple[str, ...]:
+        """The values a launch of agent ``name`` must never see stored or logged: its
+        configured env values and the host's values of the variables it passes through."""
+        profile = self.get(name)
+        environment = self.environment(name, passthrough)
+        names = {*profile.env, *profile.passthrough, *passthrough}
+        return tuple(sorted({environment[n] for n in names if environment.get(n)}))
+
     def missing(self, spec: AgentSpec) -> list[str]:
         """Names a stored spec was configured with that no current source supplies."""
         profile = self.get(spec.name)

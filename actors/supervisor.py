@@ -21,6 +21,7 @@ import time
 
 import pykka
 
+from actors import telemetry
 from actors.live_agents import LiveAgents
 from actors.session.actor import SessionActor
 from actors.session.deps import ActorDeps
@@ -75,6 +76,7 @@ class Supervisor:
 
     def start(self) -> RecoveryReport:
         self.recovery = self.store.recover(self.me)
+        telemetry.recovered(self.recovery)
         orphans = self.store.write(ops.close_orphans)
         if orphans:
             log.warning("closed %d sessions whose parent was closed: %s", len(orphans), orphans)
@@ -239,6 +241,7 @@ class Supervisor:
                     continue
                 last_discovery = now
                 report = self.store.recover(self.me, include_mine=False)
+                telemetry.recovered(report)
                 if report.requeued or report.failed:
                     log.warning("recovered work of a dead owner: %s", report)
                 self._discover()

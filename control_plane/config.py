@@ -7,6 +7,7 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     db = "~/.local/share/acpctl/acpctl.db"
     synchronous = "FULL"              # or "NORMAL"
     queue_mode = "followup"           # collect | steer | interrupt
+    log_format = "text"               # or "json": one object per line on stderr
 
     [limits]
     max_running_turns = 16
@@ -164,6 +165,7 @@ class Config(_Strict):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
     queue_mode: QueueMode = QueueMode.FOLLOWUP
     terminals: bool = False
+    log_format: Literal["text", "json"] = "text"  # json: one object per line (logs.py)
     limits: Limits = Field(default_factory=lambda: Limits())
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     permissions: Permissions = Field(default_factory=Permissions)
@@ -255,6 +257,7 @@ ENV_MAP: dict[str, tuple[str, ...]] = {
     "ACPCTL_CANCEL_GRACE": ("timeouts", "cancel_grace_s"),
     "ACPCTL_PASSIVATE_AFTER": ("timeouts", "passivate_after_s"),
     "ACPCTL_PERMISSION": ("permissions", "default"),
+    "ACPCTL_LOG_FORMAT": ("log_format",),
 }
 
 

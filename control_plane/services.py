@@ -8,6 +8,7 @@ plane has a short list to implement, not the store's whole surface."""
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from actors.settings import RuntimeSettings
@@ -21,6 +22,16 @@ from store.ops import budgets
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RuntimeLevels:
+    """What is true right now, for a metrics scrape (``control_plane/metrics.py``)."""
+
+    running_turns: int  # turns holding one of max_running_turns' slots in this process
+    waiting_turns: int  # sessions with work waiting for a slot
+    live_sessions: int  # sessions with a live actor (and usually an agent) in this process
+    store: queries.StoreLevels  # the store's: every process's sessions
 
 
 class FrontEndServices:
@@ -107,6 +118,15 @@ class FrontEndServices:
             self._store.cancel(sid)
             self._supervisor.cancel_turn(sid)
         return reached, stopped
+
+    def levels(self) -> RuntimeLevels:
+        """The runtime's levels now (a few reads of the store: for a scrape, not a loop)."""
+        return RuntimeLevels(
+            running_turns=self._supervisor.slots.running,
+            waiting_turns=self._supervisor.slots.waiting,
+            live_sessions=len(self._supervisor.live_sessions()),
+            store=self._store.read(queries.store_levels),
+        )
 
     def agent_capabilities(self, command: tuple[str, ...] | list[str]) -> dict[str, Any] | None:
         """What this agent command answered to ``initialize`` when it last started."""

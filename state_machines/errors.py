@@ -29,6 +29,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)
     ├── BridgeRefused          a subagent tool request refused (control_plane/subagents/rules.py)
+    ├── MetricsAddressError    a --metrics value that is not HOST:PORT (control_plane/metrics.py)
     └── TranscriptFormatError  a transcript line that is not v1-v3 (protocol/transcript/reader.py)
 
 Every exception class in the product is in this tree except ``store.faults.InjectedFault``,

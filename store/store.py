@@ -21,7 +21,7 @@ from sqlalchemy.exc import DatabaseError, OperationalError
 
 from state_machines import SessionNotFound, SessionState, StoreError
 from store import hot_sql as hot
-from store import ops, queries
+from store import ops, queries, telemetry
 from store.driver_errors import as_damaged, is_damage
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
 from store.feed import FeedListener, SessionFeeds
@@ -228,6 +228,8 @@ class Store:
             listeners = list(self._listeners) if commit.appended else []
             command_listeners = list(self._command_listeners) if commit.finished_records else []
         self._feeds.publish(commit)
+        if commit.finished_records:
+            telemetry.commands_finished(commit.finished_records)
         if listeners:
             sessions = commit.sessions
             for listener in listeners:

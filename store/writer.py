@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar, cast
 from sqlalchemy import Connection, Engine
 
 from state_machines.errors import StoreError, StoreUnavailable
+from store import telemetry
 from store.driver_errors import (
     as_damaged,
     as_unavailable,
@@ -255,11 +256,13 @@ class GroupCommitWriter:
             for req in live:
                 req.resolve(False, own_copy(gone))
             return
+        began = time.perf_counter()
         try:
             outcomes, hooks, commit = retry_on_lock(
                 lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
             )
         except BaseException as exc:
+            telemetry.WRITES_REFUSED.inc(len(live))
             if is_damage(exc):
                 damaged = as_damaged(exc, self._path)
                 self.refuse_for_good(damaged)
@@ -276,6 +279,8 @@ class GroupCommitWriter:
         self.fault_since = None  # the store takes writes again
         self.batches += 1
         self.writes += len(live)
+        telemetry.COMMIT_SECONDS.observe(time.perf_counter() - began)
+        telemetry.COMMIT_GROUP_SIZE.observe(len(live))
         # Callers first: a hook that is slow must not delay an acknowledgement.
         for req, (ok, value) in zip(live, outcomes, strict=True):
             req.resolve(ok, value)

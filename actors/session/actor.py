@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import pykka
 
+from actors import log_context
 from actors.session.agent_start import call_quietly, start_agent, stop_agent
 from actors.session.budget_watch import BudgetWatch
 from actors.session.deps import ActorDeps
@@ -85,6 +86,7 @@ class SessionActor(pykka.ThreadingActor):
     # -- lifecycle (actor thread) --------------------------------------------------------
 
     def on_start(self) -> None:
+        log_context.bind(self.session_id)  # every line this thread logs names the session
         try:
             self.epoch = self.store.write(
                 lambda ctx: ops.acquire(ctx, self.session_id, this_owner())
@@ -262,6 +264,7 @@ class SessionActor(pykka.ThreadingActor):
         self.turn = ids
         self.recorder.take_text()  # a failed turn's leftovers are not the next one's
         self.recorder.command_id = ids[0]
+        log_context.bind(self.session_id, ids[0])
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
         settings = self.deps.settings
         ref = self.actor_ref

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actors import telemetry
 from actors.session.deps import ActorDeps
 from actors.session.launch import launch_for
 from actors.session.leftovers import kill_leftovers
@@ -77,10 +78,14 @@ def start_agent(
                 )
             else:
                 opened = loop.call(conn.new_session(mcp_servers), settings.agent_start_timeout_s)
-    except (AgentStartFailed, AgentProtocolError, TimeoutError):
+    except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
+        telemetry.AGENT_STARTS.labels("failed").inc()
+        if not deps.stopping.is_set():  # a start cut short by the shutdown is no failure
+            log.warning("session %s: the agent did not start: %s", session.id, exc)
         with contextlib.suppress(Exception):  # the start's own error is the one to report
             loop.call(conn.kill(), 30)
         raise
+    telemetry.AGENT_STARTS.labels("started").inc()
     info = init.agent_info
     details: dict[str, Any] = {
         "pid": conn.pid,

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from actors import telemetry
 from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
@@ -83,6 +84,7 @@ class StoreRecorder:
                 cost = usage_update_cost(message)
                 if cost is not None:
                     self.on_cost(cost)
+        telemetry.SESSION_UPDATES.inc(len(frames))
         self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ and option types stay light; ``tests/integration/test_cli.py`` pins which module
 
 from __future__ import annotations
 
-import sys
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -66,6 +66,11 @@ app.add_typer(cli_sessions.app, name="sessions")
 app.add_typer(config_app, name="config")
 
 
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
 @app.callback()
 def _global(
     typer_ctx: typer.Context,
@@ -76,8 +81,14 @@ def _global(
     config: Annotated[
         str | None, typer.Option("--config", help="TOML config file (default: ACPCTL_CONFIG).")
     ] = None,
+    log_format: Annotated[
+        LogFormat | None,
+        typer.Option("--log-format", help="Logs on stderr: text, or json (one object a line)."),
+    ] = None,
 ) -> None:
-    typer_ctx.obj = Context(config_path=config, db=db)
+    typer_ctx.obj = Context(
+        config_path=config, db=db, log_format=None if log_format is None else log_format.value
+    )
 
 
 app.command("batch")(cli_batch.batch_command)
@@ -114,6 +125,10 @@ def serve_command(
     max_frame_bytes: Annotated[int, typer.Option(help="Largest accepted client frame.")] = 8
     * 1024
     * 1024,
+    metrics: Annotated[
+        str | None,
+        typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
+    ] = None,
 ) -> None:
     """Be an ACP agent on stdio in front of any ACP agent: durable, resumable sessions for
     any ACP client (editors, headless clients). Logs go to stderr.
@@ -123,13 +138,14 @@ def serve_command(
         "args": ["serve", "--agent", "npx @zed-industries/claude-code-acp"]}}
     """
     import asyncio
-    import logging
 
     from control_plane.serve.prestart_backend import prestart_backend
 
     ctx: Context = typer_ctx.obj
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     with errors_as_exit():
+        from control_plane.metrics import parse_address
+
+        metrics_at = None if metrics is None else parse_address(metrics)
         config = ctx.config()
         spec, _ = config.agent(agent)
         # The backend agent starts now, while serve imports the SDK and opens the store:
@@ -137,7 +153,7 @@ def serve_command(
         backend = prestart_backend(config, spec)
         from control_plane.serve.run import serve
 
-        code = asyncio.run(serve(config, spec, max_frame_bytes, backend))
+        code = asyncio.run(serve(config, spec, max_frame_bytes, backend, metrics_at))
     if code:
         raise typer.Exit(code)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -34,9 +36,30 @@ from control_plane.cli.common import (
 )
 
 if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
+    from control_plane.api import ControlPlane
     from control_plane.batch.run import Counts
     from control_plane.batch.tasks import Task
     from control_plane.config import Config
+
+
+@contextmanager
+def serving_metrics(
+    cp: ControlPlane, address: tuple[str, int] | None, quiet: bool
+) -> Iterator[None]:
+    """``/metrics`` while the block runs (nothing without ``--metrics``)."""
+    if address is None:
+        yield
+        return
+    from control_plane.metrics import MetricsServer
+
+    server = MetricsServer(cp, *address)
+    if not quiet:
+        host, port = server.address
+        err.print(f"metrics at http://{host}:{port}/metrics", highlight=False)
+    try:
+        yield
+    finally:
+        server.close()
 
 
 def _progress_line(counts: Counts, total: int) -> str:
@@ -58,9 +81,13 @@ def run_batch(
     json_out: bool,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
+    metrics: str | None = None,
 ) -> int:
     from control_plane.batch.tasks import read_tasks
+    from control_plane.metrics import parse_address
     from store.usage import Budget
+
+    metrics_at = None if metrics is None else parse_address(metrics)  # bad input: exit 2
 
     tasks_file = existing_file(tasks_file)
     tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
@@ -89,7 +116,10 @@ def run_batch(
             else config.budgets.batch.budget()
         ),
     )
-    with opened(ctx, run_sessions=True, max_running_turns=jobs) as cp:
+    with (
+        opened(ctx, run_sessions=True, max_running_turns=jobs) as cp,
+        serving_metrics(cp, metrics_at, quiet=json_out),
+    ):
         batch = BatchRun(cp, tasks, options)
         batch.submit()
         total = len(batch.runs)
@@ -201,6 +231,10 @@ def batch_command(
         float | None,
         typer.Option("--budget-cost", min=0.0, help="Stop the batch at this cost (USD)."),
     ] = None,
+    metrics: Annotated[
+        str | None,
+        typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
+    ] = None,
 ) -> None:
     """Run many prompts durably. Kill it at any moment and run the same command again: it
     resumes, never runs a completed task twice, and the results file lists every task once.
@@ -220,6 +254,7 @@ def batch_command(
             json_out,
             budget_tokens,
             budget_cost,
+            metrics,
         )
     raise typer.Exit(code)
 

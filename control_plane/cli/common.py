@@ -42,8 +42,10 @@ def input_errors() -> tuple[type[Exception], ...]:
     from control_plane.agents import AgentCommandError
     from control_plane.batch.tasks import TaskFileError
     from control_plane.config import ConfigError
+    from control_plane.metrics import MetricsAddressError
 
     return (
+        MetricsAddressError,
         AgentCommandError,
         ConfigError,
         TaskFileError,
@@ -62,13 +64,20 @@ err = Console(stderr=True)
 class Context:
     config_path: str | None = None
     db: str | None = None
+    log_format: str | None = None
 
     def config(self) -> Config:
+        """The effective configuration; logging is set up from it on the way (format, and
+        the secrets no log line may show)."""
         from control_plane.config import load_config
+        from control_plane.logs import configure_logging
 
         config = load_config(self.config_path)
         if self.db is not None:
             config = config.model_copy(update={"db": self.db})
+        if self.log_format is not None:
+            config = config.model_copy(update={"log_format": self.log_format})
+        configure_logging(config)
         return config
 
 

@@ -4,12 +4,14 @@ closes stdin, report the exit code (``lifetime.py``)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 
 from acp import stdio_streams
 from acp.agent.connection import AgentSideConnection
 
 from control_plane.api import ControlPlane
 from control_plane.config import Config
+from control_plane.metrics import MetricsServer
 from control_plane.serve.agent import ServeAgent
 from control_plane.serve.lifetime import run_until_exit
 from control_plane.serve.upstream import UpstreamClient
@@ -25,6 +27,7 @@ async def serve(
     agent: AgentSpec,
     max_frame_bytes: int,
     backend: PrestartPool | None = None,
+    metrics_at: tuple[str, int] | None = None,
 ) -> int:
     """Serve ACP on this process's stdin/stdout until the client closes stdin; the exit code
     (control_plane/serve/lifetime.py). ``backend``: the agent process started ahead for the
@@ -35,7 +38,12 @@ async def serve(
     db = config.db_path
     db.parent.mkdir(parents=True, exist_ok=True)
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
+    metrics: MetricsServer | None = None
     try:
+        if metrics_at is not None:
+            metrics = MetricsServer(cp, *metrics_at)
+            host, port = metrics.address
+            print(f"acpctl serve: metrics at http://{host}:{port}/metrics", file=sys.stderr)
         reader, writer = await stdio_streams(limit=1024 * 1024)
         server = ServeAgent(cp, agent, writer, config.queue_mode.value)
         bridge.agent = server
@@ -57,6 +65,8 @@ async def serve(
             pump.cancel()
             await conn.close()
     finally:
+        if metrics is not None:
+            metrics.close()
         await asyncio.to_thread(cp.close)
         if backend is not None:
             await asyncio.to_thread(backend.close)

@@ -53,6 +53,7 @@ from protocol.agent.types import (
     Recorder,
     TurnResult,
 )
+from protocol.agent.usage import reported_usage
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 from state_machines.event_kinds import EventKind
 
@@ -243,7 +244,7 @@ class AgentConnection(SessionRequests):
                 EventKind.AGENT_EXITED,
                 {
                     "exitCode": code,
-                    "stderrTail": tail_lines(self.launch.stderr_path),
+                    "stderrTail": self._stderr_tail(),
                     "expected": False,
                 },
             )
@@ -272,8 +273,17 @@ class AgentConnection(SessionRequests):
             if self._process is not None:
                 code = self._process.returncode
                 if code is not None:
-                    raise AgentExited(code, tail_lines(self.launch.stderr_path)) from exc
+                    raise AgentExited(code, self._stderr_tail()) from exc
             raise AgentProtocolError(f"connection to the agent failed: {exc}") from exc
+
+    def _stderr_tail(self) -> list[str]:
+        """The end of the agent's stderr log with its secrets replaced by ***: it is stored
+        (agent_exited) and quoted in errors, and an agent may print its own API key."""
+        lines = tail_lines(self.launch.stderr_path)
+        for secret in sorted(self.launch.secret_values, key=len, reverse=True):
+            if len(secret) >= 6:
+                lines = [line.replace(secret, "***") for line in lines]
+        return lines
 
     def _require_conn(self) -> ClientSideConnection:
         if self._conn is None:
@@ -316,12 +326,7 @@ class AgentConnection(SessionRequests):
         finally:
             if durable:
                 await self._recorder.flush()
-        usage = (
-            None
-            if response.usage is None
-            else response.usage.model_dump(by_alias=True, exclude_none=True)
-        )
-        return TurnResult(str(response.stop_reason), usage, timed_out)
+        return TurnResult(str(response.stop_reason), reported_usage(response), timed_out)
 
     async def cancel(self) -> None:
         """``session/cancel``; pending permission requests are answered ``cancelled``."""

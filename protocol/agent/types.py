@@ -60,6 +60,9 @@ class AgentLaunch:
     # The stderr log is cut to its newest part past this size (protocol/agent/stderr_log.py);
     # None: never cut.
     stderr_max_bytes: int | None = DEFAULT_MAX_BYTES
+    # Values of ``env`` that are secrets (configured values, passed-through keys): replaced
+    # by *** in whatever is kept of the agent's stderr (an exit's tail, an error message).
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Every write transaction of the control plane, by concern. Each operation runs inside one
 transaction of the group-commit writer (``Store.write(lambda ctx: ops.X(ctx, ...))``); reads
-are in ``store/queries.py``. Nothing outside ``store/`` writes SQL.
+are in ``store/queries/``. Nothing outside ``store/`` writes SQL.
 
 - ``sessions``: spawn (binding and first prompt in the same transaction), bind, close, the
   orphan sweep, the agent capabilities cache;
@@ -9,7 +9,8 @@ are in ``store/queries.py``. Nothing outside ``store/`` writes SQL.
 - ``fencing``: ownership by one live process and its epoch;
 - ``recovery``: work a dead owner left in flight;
 - ``turns``: the session actor's turn lifecycle (claim, outcome, agent start and exit);
-- ``announce``: a finished subagent run announced to its parent, exactly once.
+- ``announce``: a finished subagent run announced to its parent, exactly once;
+- ``budgets``: token usage counted, budgets checked, stopped sessions refused.
 """
 
 from __future__ import annotations

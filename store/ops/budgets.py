@@ -23,7 +23,7 @@ from sqlalchemy.dialects.sqlite import insert
 from state_machines import SessionState
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
-from store import queries
+from store import queries, telemetry
 from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import append_events
 from store.records import NewEvent
@@ -163,6 +163,7 @@ def stop(ctx: WriteContext, session_ids: Sequence[str], reached: BudgetStop) -> 
         )
         cancel_queued(ctx, sid, f"budget exceeded: {reached.budget}")
         append_events(ctx, sid, None, [NewEvent(EventKind.BUDGET_EXCEEDED, reached.to_json())])
+        telemetry.BUDGET_STOPS.labels(reached.budget).inc()
         stopped.append(sid)
     return stopped
 
@@ -186,6 +187,8 @@ def add_turn_usage(
     used = turn_usage(reported)
     if used != Usage():  # an agent that reports nothing costs no write
         _add(ctx, session_id, used, None)
+        telemetry.TOKENS.labels("input").inc(used.input_tokens)
+        telemetry.TOKENS.labels("output").inc(used.output_tokens)
     return check(ctx, session_id, budgets_of(ctx, session_id, defaults))
 
 

@@ -20,7 +20,7 @@ from state_machines import (
 )
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
-from store import queries
+from store import queries, telemetry
 from store.faults import fault_point
 from store.hashing import request_hash
 from store.ops._shared import (
@@ -196,4 +196,5 @@ def refuse_if_stopped(ctx: WriteContext, session_id: str) -> None:
     row = ctx.raw.execute(hot.STOPPED_BY, (session_id,)).fetchone()
     if row is not None and row[0]:
         reached = json.loads(row[0])
+        telemetry.BUDGET_REFUSALS.inc()
         raise BudgetExceeded(session_id, reached["budget"], reached["limit"], reached["used"])

@@ -1,0 +1,30 @@
+"""The runtime's Prometheus metrics (``docs/observability.md``): agent starts, recoveries and
+agent updates, counted where they happen (turns and tokens are counted by the store, once
+committed: ``store/telemetry.py``).
+
+Module-level objects in the process's default registry; what is a level at a moment (running
+turns, queued commands, live agents, delivery lag) is read at scrape time instead
+(``control_plane/metrics.py``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from store import RecoveryReport
+
+SESSION_UPDATES = Counter(
+    "acpctl_session_updates_total", "session/update notifications recorded from agents."
+)
+AGENT_STARTS = Counter(
+    "acpctl_agent_starts_total", "Agent starts, by outcome (started, failed).", ["outcome"]
+)
+RECOVERIES = Counter(
+    "acpctl_recovered_commands_total",
+    "Commands a recovery found cut short, by what it did (requeued, failed).",
+    ["action"],
+)
+
+
+def recovered(report: RecoveryReport) -> None:
+    RECOVERIES.labels("requeued").inc(len(report.requeued))
+    RECOVERIES.labels("failed").inc(len(report.failed))

@@ -1,0 +1,177 @@
+"""Reads of sessions: one, a page, a tree, who owns what, what has work."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Connection, Select, func, select
+
+from state_machines import CommandState, SessionNotFound, SessionState
+from store.ownership import owner_alive
+from store.records import SessionRecord
+from store.rows import session_from_row
+from store.schema import agent_capabilities as agent_capabilities_table
+from store.schema import commands, sessions
+from store.schema import store_identity as store_identity_table
+
+
+def get_session(conn: Connection, session_id: str) -> SessionRecord:
+    row = conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return session_from_row(row)
+
+
+def session_by_key(conn: Connection, spawn_key: str) -> SessionRecord | None:
+    row = conn.execute(select(sessions).where(sessions.c.spawn_key == spawn_key)).first()
+    return None if row is None else session_from_row(row)
+
+
+def session_id_for_acp(conn: Connection, acp_session_id: str) -> str | None:
+    """The control-plane session that holds this agent-side ACP session id."""
+    found: str | None = conn.execute(
+        select(sessions.c.id).where(sessions.c.acp_session_id == acp_session_id)
+    ).scalar_one_or_none()
+    return found
+
+
+def sessions_query(
+    state: SessionState | None = None, parent_id: str | None = None, after_id: str | None = None
+) -> Select[tuple[object, ...]]:
+    query = select(sessions).order_by(sessions.c.created_at, sessions.c.id)
+    if state is not None:
+        query = query.where(sessions.c.state == state.value)
+    if parent_id is not None:
+        query = query.where(sessions.c.parent_id == parent_id)
+    if after_id is not None:
+        # Cursor paging: resume strictly after the last session of the previous page.
+        anchor = select(sessions.c.created_at).where(sessions.c.id == after_id).scalar_subquery()
+        query = query.where(
+            (sessions.c.created_at > anchor)
+            | ((sessions.c.created_at == anchor) & (sessions.c.id > after_id))
+        )
+    return query
+
+
+def list_sessions(
+    conn: Connection,
+    state: SessionState | None = None,
+    parent_id: str | None = None,
+    limit: int = 100,
+    after_id: str | None = None,
+) -> list[SessionRecord]:
+    rows = conn.execute(sessions_query(state, parent_id, after_id).limit(limit))
+    return [session_from_row(r) for r in rows]
+
+
+def count_sessions_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(sessions.c.state, func.count()).group_by(sessions.c.state))
+    return {str(state): int(n) for state, n in rows}
+
+
+def agent_capabilities(conn: Connection, command_hash: str) -> dict[str, Any] | None:
+    """What the agent command answered to ``initialize`` when it last started."""
+    text = conn.execute(
+        select(agent_capabilities_table.c.initialize).where(
+            agent_capabilities_table.c.command_hash == command_hash
+        )
+    ).scalar_one_or_none()
+    if text is None:
+        return None
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+def store_identity(conn: Connection) -> str:
+    """The store's random identity (migration 0007)."""
+    return str(conn.execute(select(store_identity_table.c.id)).scalar_one())
+
+
+def descendants(conn: Connection, session_id: str) -> list[str]:
+    """Every session below ``session_id``, parents before their children."""
+    found: list[str] = []
+    frontier = [session_id]
+    while frontier:
+        children = list(
+            conn.execute(
+                select(sessions.c.id)
+                .where(sessions.c.parent_id.in_(frontier))
+                .order_by(sessions.c.created_at)
+            ).scalars()
+        )
+        found.extend(children)
+        frontier = children
+    return found
+
+
+def orphaned_sessions(conn: Connection, me: str, include_mine: bool) -> set[str]:
+    """Sessions with work in flight whose owner is gone (or none; or this process, when it
+    has just opened the store and so cannot be running anything yet)."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner).where(
+            sessions.c.state.in_([SessionState.RUNNING.value, SessionState.CANCELLING.value])
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.RUNNING.value)
+            )
+        )
+    ).all()
+    return {
+        r.id
+        for r in rows
+        if r.owner is None
+        or (r.owner == me and include_mine)
+        or (r.owner != me and not owner_alive(r.owner))
+    }
+
+
+def sessions_with_work(conn: Connection, me: str) -> list[str]:
+    """Open sessions with work (queued commands, or still ``creating``) that no live process
+    other than ``me`` owns, oldest first."""
+    rows = conn.execute(
+        select(sessions.c.id, sessions.c.owner)
+        .where(
+            sessions.c.state != SessionState.CLOSED.value,
+            (sessions.c.state == SessionState.CREATING.value)
+            | sessions.c.id.in_(
+                select(commands.c.session_id).where(commands.c.state == CommandState.QUEUED.value)
+            ),
+        )
+        .order_by(sessions.c.created_at)
+    ).all()
+    alive: dict[str, bool] = {}  # one /proc look-up per distinct owner, not per session
+
+    def free(owner: str | None) -> bool:
+        if owner is None or owner == me:
+            return True
+        if owner not in alive:
+            alive[owner] = owner_alive(owner)
+        return not alive[owner]
+
+    return [r.id for r in rows if free(r.owner)]
+
+
+def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
+    """How many other children of this session's parent are in a turn (0 without a parent);
+    on a driver connection (``Store.read_raw``): it runs before every child's agent start."""
+    parent = raw.execute("SELECT parent_id FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    if parent is None or parent[0] is None:
+        return 0
+    (count,) = raw.execute(
+        "SELECT count(*) FROM sessions WHERE parent_id = ? AND id != ? AND state IN (?, ?)",
+        (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
+    ).fetchone()
+    return int(count)
+
+
+def tree_root(conn: Connection, session_id: str) -> str:
+    """The root of the session's tree (itself for a root)."""
+    current = session_id
+    while True:
+        parent = conn.execute(
+            select(sessions.c.parent_id).where(sessions.c.id == current)
+        ).scalar_one_or_none()
+        if parent is None:
+            return current
+        current = parent

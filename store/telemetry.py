@@ -1,0 +1,69 @@
+"""The store's Prometheus metrics (``docs/observability.md``): how long group commits take
+and how many writes each carries, and what the store refused.
+
+Module-level objects in the process's default registry, as the Prometheus client intends:
+a process has one store writer per open store, and their figures add up."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from prometheus_client import Counter, Histogram
+
+from state_machines import outcome_status
+from store.records import CommandKind, CommandRecord
+
+COMMIT_SECONDS = Histogram(
+    "acpctl_store_commit_seconds",
+    "Time of one group commit (the transaction and its fsync), seconds.",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0),
+)
+COMMIT_GROUP_SIZE = Histogram(
+    "acpctl_store_commit_group_size",
+    "Writes carried by one group commit.",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+WRITES_REFUSED = Counter(
+    "acpctl_store_writes_refused_total",
+    "Writes the store refused (locked past the timeout, disk full, I/O, a damaged file).",
+)
+BUDGET_REFUSALS = Counter(
+    "acpctl_budget_refusals_total",
+    "Prompts and spawns refused because a budget stopped the session.",
+)
+BUDGET_STOPS = Counter(
+    "acpctl_budget_stops_total", "Sessions a budget stopped, by budget.", ["budget"]
+)
+TOKENS = Counter(
+    "acpctl_tokens_total", "Tokens agents reported, by kind (input, output).", ["kind"]
+)
+
+_SECONDS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
+TURNS = Counter("acpctl_turns_total", "Finished prompt commands, by outcome status.", ["status"])
+TURN_SECONDS = Histogram(
+    "acpctl_turn_duration_seconds",
+    "From a prompt's claim to its outcome, seconds.",
+    buckets=_SECONDS,
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "acpctl_queue_wait_seconds",
+    "From a prompt being queued to its turn starting, seconds.",
+    buckets=(0.005, 0.01, 0.05, *_SECONDS),
+)
+
+
+def commands_finished(records: Sequence[CommandRecord]) -> None:
+    """After a commit: the prompts that reached a final state in it (once each, committed)."""
+    now = datetime.now(UTC)
+    for record in records:
+        if record.kind is not CommandKind.PROMPT:
+            continue
+        status = outcome_status(record.state, record.result)
+        TURNS.labels(status.value if status is not None else record.state.value).inc()
+        if record.started_at is not None:
+            QUEUE_WAIT_SECONDS.observe(
+                max(0.0, (record.started_at - record.created_at).total_seconds())
+            )
+            finished = record.finished_at or now
+            TURN_SECONDS.observe(max(0.0, (finished - record.started_at).total_seconds()))
