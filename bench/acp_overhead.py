@@ -39,8 +39,8 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AbstractContextManager, AsyncExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -82,11 +82,48 @@ CALL_TIMEOUT_S = 60.0
 RUNTIME = "runtime"
 PLAIN = "plain"
 NULL = "runtime-null"
+NO_METRICS = "runtime-no-metrics"
 LABELS = {
     RUNTIME: "runtime + SQLite store",
+    NO_METRICS: "runtime + store, metrics off",
     NULL: "runtime, null recorder",
     PLAIN: "SDK plain client",
 }
+METRICS_TARGET = 1.03  # metrics on at most 3 % slower than off (docs/observability.md)
+
+
+class _NoMetric:
+    """Stands in for a Prometheus metric on the metrics-off side: every call does nothing."""
+
+    def labels(self, *_: Any) -> _NoMetric:
+        return self
+
+    def inc(self, *_: Any) -> None:
+        return None
+
+    def observe(self, *_: Any) -> None:
+        return None
+
+
+@contextmanager
+def _metrics_off() -> Iterator[None]:
+    """Every metric of the runtime replaced by a no-op while the block runs (the sides take
+    turns one at a time, so no other side's turn sees it)."""
+    from actors import telemetry as actor_metrics
+    from store import telemetry as store_metrics
+
+    saved = []
+    for module in (actor_metrics, store_metrics):
+        for name, value in vars(module).items():
+            if hasattr(value, "_name") and hasattr(value, "collect"):
+                saved.append((module, name, value))
+    for module, name, _ in saved:
+        setattr(module, name, _NoMetric())
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
 
 
 class PlainClient:
@@ -105,6 +142,7 @@ class Side:
     turn: Callable[[], Coroutine[Any, Any, Any]]
     close: Callable[[], Coroutine[Any, Any, None]]
     times_ms: list[float] = field(default_factory=list)
+    around: Callable[[], AbstractContextManager[None]] = nullcontext
 
 
 def _agent_env(workdir: str, tag: str) -> dict[str, str]:
@@ -195,28 +233,34 @@ def measure(
         recorder = StoreRecorder(store, session_id, RuntimeSettings().record_interval_s)
         progress("starting agents (one process per side, ~1.5 s each)")
         sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks))
+        quiet_id = store.spawn(spec, workdir, None, None, None).session.id
+        quiet = StoreRecorder(store, quiet_id, RuntimeSettings().record_interval_s)
+        sides.append(_runtime_side(NO_METRICS, loop, workdir, quiet, blocks))
+        sides[-1].around = _metrics_off
         sides.append(_plain_side(loop, workdir, text))
         if with_null:
             sides.append(_runtime_side(NULL, loop, workdir, NullRecorder(), blocks))
         for side in sides:
             for _ in range(warmup):
-                _check(side.name, _run(loop, side.turn()))
+                with side.around():
+                    _check(side.name, _run(loop, side.turn()))
         events_before = len(store.events(session_id))
         tx_before, writes_before = store.commit_stats
         for r in range(turns):
             shift = r % len(sides)
             for side in sides[shift:] + sides[:shift]:
-                coro = side.turn()
-                start = now()
-                result = _run(loop, coro)
-                side.times_ms.append((now() - start) * 1000.0)
+                with side.around():
+                    coro = side.turn()
+                    start = now()
+                    result = _run(loop, coro)
+                    side.times_ms.append((now() - start) * 1000.0)
                 _check(side.name, result)
             if (r + 1) % 10 == 0 or r + 1 == turns:
                 progress(
                     f"round {r + 1}/{turns}: "
                     + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
                 )
-        recorded = len(store.events(session_id)) - events_before
+        recorded = len(store.events(session_id)) - events_before  # the metrics-on side's
         tx_after, writes_after = store.commit_stats
     finally:
         for side in sides:
@@ -246,6 +290,16 @@ def summarise(raw: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     report["sides"] = turn_sides(times, LABELS, PLAIN)
     ratio = report["sides"][RUNTIME]["ratio_of_medians"]
     report["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
+    on, off = median(times[RUNTIME]), median(times[NO_METRICS])
+    paired = median([a / b for a, b in zip(times[RUNTIME], times[NO_METRICS], strict=True)])
+    report["metrics"] = {
+        "on_ms": on,
+        "off_ms": off,
+        "ratio_of_medians": on / off,
+        "median_paired_ratio": paired,
+        "max_ratio": METRICS_TARGET,
+        "met": on / off <= METRICS_TARGET,
+    }
     report["peak_rss_mb"] = peak_rss_mb()
     return report
 
@@ -272,6 +326,12 @@ def print_report(report: dict[str, Any]) -> None:
     print(
         f"target: runtime <= {target['max_ratio']:.2f}x the plain client: "
         f"{verdict} ({target['ratio']:.3f}x)"
+    )
+    metrics = report["metrics"]
+    print(
+        f"metrics on vs off: {metrics['on_ms']:.2f} vs {metrics['off_ms']:.2f} ms = "
+        f"{metrics['ratio_of_medians']:.3f}x (paired median {metrics['median_paired_ratio']:.3f}x;"
+        f" target <= {metrics['max_ratio']:.2f}x: {'MET' if metrics['met'] else 'NOT MET'})"
     )
     print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
 

@@ -59,7 +59,7 @@ def pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone, also between open and read
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 

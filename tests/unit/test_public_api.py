@@ -88,6 +88,7 @@ PINNED_CONTROL_PLANE = [
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
     *("settings", "store_fault", "store_path", "watch_session", "usage", "budget_stop"),
     "apply_budget",
+    "levels",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.
