@@ -129,6 +129,16 @@ class Budgets(_Strict):
     batch: BudgetConfig | None = None  # all the tasks of one ``acpctl batch`` run
 
 
+class Tracing(_Strict):
+    """OpenTelemetry traces (``control_plane/tracing.py``); off unless enabled here or by
+    ``OTEL_TRACES_EXPORTER``."""
+
+    enabled: bool = False
+    exporter: Literal["otlp", "console"] = "otlp"
+    endpoint: str | None = None  # OTLP/HTTP traces URL; unset: the OTEL_EXPORTER_OTLP_* vars
+    service_name: str = "acpctl"
+
+
 class Permissions(_Strict):
     default: Decision = Decision.ASK
     by_kind: dict[str, Decision] = Field(default_factory=dict)
@@ -170,6 +180,7 @@ class Config(_Strict):
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     permissions: Permissions = Field(default_factory=Permissions)
     budgets: Budgets = Field(default_factory=Budgets)
+    tracing: Tracing = Field(default_factory=Tracing)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     @property

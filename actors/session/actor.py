@@ -41,8 +41,9 @@ from actors.session.messages import (
     TurnDone,
     Wake,
 )
-from actors.session.outcomes import failed_turn, run_control, turn_outcome, turn_timeout_for
+from actors.session.outcomes import control_write, failed_turn, turn_outcome, turn_timeout_for
 from actors.session.recorder import StoreRecorder
+from actors.session.turn_trace import TurnTrace
 from protocol.agent.connection import AgentConnection
 from protocol.agent.types import TurnResult
 from state_machines import (
@@ -75,6 +76,7 @@ class SessionActor(pykka.ThreadingActor):
             deps.store, session_id, min_interval_s=deps.settings.record_interval_s
         )
         self.budget = BudgetWatch.attached(self.recorder, deps)  # usage against budgets
+        self.trace: TurnTrace | None = None  # the session's spans, once its agent is known
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
         self.last_active = time.monotonic()
         self.closing = False
@@ -224,7 +226,10 @@ class SessionActor(pykka.ThreadingActor):
         self._stop_agent(kill=True)
         session = self.store.get_session(self.session_id)
         try:
-            started = start_agent(session, self.deps, self.recorder, self._on_agent_exit)
+            self.trace = self.trace or TurnTrace.attached(self.recorder, session.agent.name)
+            started = self.trace.agent_start(
+                lambda: start_agent(session, self.deps, self.recorder, self._on_agent_exit)
+            )
         except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
             if self.deps.stopping.is_set():
                 # Cut short by the shutdown, not the agent's fault: not counted against the
@@ -265,6 +270,8 @@ class SessionActor(pykka.ThreadingActor):
         self.recorder.take_text()  # a failed turn's leftovers are not the next one's
         self.recorder.command_id = ids[0]
         log_context.bind(self.session_id, ids[0])
+        if self.trace is not None:
+            self.trace.start(claimed, self.facts.metadata, self.conn.permissions)
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
         settings = self.deps.settings
         ref = self.actor_ref
@@ -289,6 +296,8 @@ class SessionActor(pykka.ThreadingActor):
             return
         self.turn = None
         self.recorder.command_id = None
+        if self.trace is not None:
+            self.trace.end(message)
         if self.closing:
             return
         if message.error is not None or message.result is None:
@@ -327,17 +336,7 @@ class SessionActor(pykka.ThreadingActor):
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""
         assert self.conn is not None
-        try:
-            result = run_control(self.conn, self.deps.loop, command)
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
-            self._write(
-                lambda ctx: turns.fail_simple(ctx, self.session_id, self.epoch, command.id, error)
-            )
-            return
-        self._write(
-            lambda ctx: turns.complete_simple(ctx, self.session_id, self.epoch, command.id, result)
-        )
+        self._write(control_write(self.conn, self.deps.loop, self.session_id, self.epoch, command))
 
     # -- control -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from actors.session.deps import ActorDeps
 from actors.session.recorder import StoreRecorder
 from store import Store
 from store.ops import budgets
+from store.usage import usage_update_cost
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class BudgetWatch:
     def attached(cls, recorder: StoreRecorder, deps: ActorDeps) -> BudgetWatch:
         """The session's watch, fed with the costs its recorder sees."""
         watch = cls(deps.store, recorder.session_id, deps.settings.budgets, deps.cancel_turn)
-        recorder.on_cost = watch.on_cost
+        recorder.watchers.append(watch.on_frame)
         return watch
 
     def after_turn(
@@ -60,6 +61,12 @@ class BudgetWatch:
                     self._cancel_turn(sid)
 
         return write, then
+
+    def on_frame(self, frame: dict[str, Any]) -> None:
+        """A frame from the agent (on the protocol loop): a ``usage_update``'s cost counts."""
+        cost = usage_update_cost(frame)
+        if cost is not None:
+            self.on_cost(cost)
 
     def on_cost(self, cost_usd: float) -> None:
         """A ``usage_update`` reported the session's cumulative cost (on the protocol loop)."""

@@ -76,3 +76,16 @@ def failed_turn(
             True,
         )
     return lambda ctx: turns.fail_turn(ctx, session_id, epoch, command_ids, text), False
+
+
+def control_write(
+    conn: AgentConnection, loop: ProtocolLoop, session_id: str, epoch: int, command: CommandRecord
+) -> Callable[[WriteContext], None]:
+    """Run a set_mode / set_config_option command on the agent now; the write that records
+    its outcome (the agent's answer, or why it failed)."""
+    try:
+        result = run_control(conn, loop, command)
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+        return lambda ctx: turns.fail_simple(ctx, session_id, epoch, command.id, error)
+    return lambda ctx: turns.complete_simple(ctx, session_id, epoch, command.id, result)

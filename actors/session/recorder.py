@@ -38,7 +38,6 @@ from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
 from store import NewEvent, Store, ops
-from store.usage import usage_update_cost
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
@@ -69,8 +68,9 @@ class StoreRecorder:
         self._retry_delay = 0.0  # the backoff while the store refuses writes (0: it takes them)
         self._waiters: list[tuple[int, Future[None]]] = []
         self._text = TurnText()
-        # Called with the cost of each usage_update (on the loop): the session's budgets.
-        self.on_cost: Callable[[float], None] | None = None
+        # Called with each session/update frame as it passes (on the loop), after it is
+        # handed over: the session's budget watch (costs) and turn trace (tool calls).
+        self.watchers: list[Callable[[dict[str, Any]], None]] = []
 
     # -- Recorder protocol (called on the protocol loop) ---------------------------------
 
@@ -79,11 +79,9 @@ class StoreRecorder:
         if self.command_id is not None:
             for _, message in frames:
                 self._text.add(message)
-        if self.on_cost is not None:
+        for watch in self.watchers:
             for _, message in frames:
-                cost = usage_update_cost(message)
-                if cost is not None:
-                    self.on_cost(cost)
+                watch(message)
         telemetry.SESSION_UPDATES.inc(len(frames))
         self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 

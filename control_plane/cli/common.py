@@ -78,6 +78,9 @@ class Context:
         if self.log_format is not None:
             config = config.model_copy(update={"log_format": self.log_format})
         configure_logging(config)
+        from control_plane.tracing import configure_tracing
+
+        configure_tracing(config)  # nothing to import unless tracing is asked for
         return config
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from control_plane.outcome import Outcome
 from state_machines import SessionState
@@ -23,6 +23,7 @@ class SubagentHost(Protocol):
         prompt: str | None = None,
         *,
         idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
         parent: str | None = None,
         mode: str = "session",
     ) -> SpawnResult: ...

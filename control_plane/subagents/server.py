@@ -75,6 +75,7 @@ from control_plane.subagents.rules import (
     parse_wait,
     spawn_key,
 )
+from protocol.tracing import traceparent_of
 from state_machines import ControlPlaneError, SessionState
 
 log = logging.getLogger(__name__)
@@ -290,8 +291,16 @@ class SubagentBridge:
         if args.get("agent"):
             agent = agent_from_command(str(args["agent"]))
         mode = str(args.get("mode") or "run")
+        # The child's turns link to the parent turn that spawned it (protocol/tracing.py).
+        traceparent = traceparent_of(session_id)
         spawned = self.cp.spawn(
-            agent, parent.cwd, task, parent=session_id, mode=mode, idempotency_key=key
+            agent,
+            parent.cwd,
+            task,
+            parent=session_id,
+            mode=mode,
+            idempotency_key=key,
+            metadata=None if traceparent is None else {"traceParent": traceparent},
         )
         return {"id": spawned.session.id, "mode": mode, "state": spawned.session.state.value}
 

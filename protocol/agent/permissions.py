@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the SDK schema costs ~0.8 s to import; Decision and the policy need none
     from acp.schema import PermissionOption, RequestPermissionResponse, ToolCallUpdate
+    from opentelemetry.context import Context
 
 
 class Decision(StrEnum):
@@ -69,6 +70,8 @@ class PermissionBroker:
         self._pending: set[asyncio.Future[Any]] = set()
         self._cancelled = False
         self.answered: list[tuple[str, str]] = []  # (tool call id, outcome) for diagnostics
+        # The running turn's span, set by the session's turn trace: waits are its children.
+        self.trace_context: Context | None = None
 
     def turn_started(self) -> None:
         self._cancelled = False
@@ -82,9 +85,17 @@ class PermissionBroker:
     async def request(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
     ) -> RequestPermissionResponse:
-        response = await self._decide(session_id, tool_call, options)
-        outcome = response.outcome
-        label = getattr(outcome, "option_id", None) or outcome.outcome
+        from protocol.tracing import TRACER  # here: the policy alone needs no OpenTelemetry
+
+        with TRACER.start_as_current_span(
+            "acp.permission",
+            context=self.trace_context,
+            attributes={"gen_ai.tool.call.id": tool_call.tool_call_id},
+        ) as span:
+            response = await self._decide(session_id, tool_call, options)
+            outcome = response.outcome
+            label = getattr(outcome, "option_id", None) or outcome.outcome
+            span.set_attribute("acpctl.permission.outcome", str(label))
         self.answered.append((tool_call.tool_call_id, str(label)))
         return response
 

@@ -255,3 +255,20 @@ def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
         assert "unknown message" in caplog.text
         assert ref.is_alive()  # and the actor serves on
         assert cp.wait(cp.prompt(spawned.session.id, "again").id, 30).ok
+
+
+def test_set_mode_and_config_option_run_through_the_actor_and_record_the_answer(
+    tmp_path: Path,
+) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi")
+        sid = spawned.session.id
+        assert spawned.command is not None and cp.wait(spawned.command.id, 30).ok
+        assert cp.wait(cp.set_mode(sid, "plan").id, 30).state is CommandState.COMPLETED
+        bad_mode = cp.wait(cp.set_mode(sid, "no-such-mode").id, 30)
+        assert bad_mode.state is CommandState.FAILED and "-32602" in (bad_mode.error or "")
+        model = cp.command(cp.set_config_option(sid, "model", "no-such-model").id)
+        assert cp.wait(model.id, 30).state is CommandState.FAILED
+        kinds = [e.kind for e in cp.events(sid)]
+        assert kinds.count("session_update") >= 1  # current_mode_update recorded
+        assert cp.wait(cp.prompt(sid, "still fine").id, 30).ok
