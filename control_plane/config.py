@@ -28,6 +28,10 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     cost_usd = 20.0                   # the cost it reports (usage_update)
     action = "stop"                   # or "warn": an event, nothing stopped
 
+    [prices."gemini-2.5-flash"]      # by the model an agent reports, else by agent name
+    input_usd_per_mtok = 0.30         # for agents that report tokens but no cost
+    output_usd_per_mtok = 2.50
+
     [permissions]
     default = "ask"                   # allow | deny | ask
     by_kind = { read = "allow", execute = "deny" }
@@ -129,6 +133,13 @@ class Budgets(_Strict):
     batch: BudgetConfig | None = None  # all the tasks of one ``acpctl batch`` run
 
 
+class PriceConfig(_Strict):
+    """USD per million tokens (for agents that report tokens but no cost)."""
+
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+
 class Tracing(_Strict):
     """OpenTelemetry traces (``control_plane/tracing.py``); off unless enabled here or by
     ``OTEL_TRACES_EXPORTER``."""
@@ -181,6 +192,8 @@ class Config(_Strict):
     permissions: Permissions = Field(default_factory=Permissions)
     budgets: Budgets = Field(default_factory=Budgets)
     tracing: Tracing = Field(default_factory=Tracing)
+    # By the model the agent reports (Gemini CLI does), else by the configured agent name.
+    prices: dict[str, PriceConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
 
     @property
@@ -199,6 +212,7 @@ class Config(_Strict):
         from protocol.agent.client import FsLimits
         from protocol.agent.permissions import PermissionPolicy
         from store.ops.budgets import BudgetDefaults
+        from store.usage import Price
 
         session, tree = self.budgets.session, self.budgets.tree
 
@@ -221,6 +235,10 @@ class Config(_Strict):
             "budgets": BudgetDefaults(
                 session=None if session is None else session.budget(),
                 tree=None if tree is None else tree.budget(),
+                prices={
+                    name: Price(p.input_usd_per_mtok, p.output_usd_per_mtok)
+                    for name, p in self.prices.items()
+                },
             ),
         }
         values.update(overrides)

@@ -153,7 +153,8 @@ session_usage = Table(
     Column("input_tokens", Integer, nullable=False, default=0),
     Column("output_tokens", Integer, nullable=False, default=0),
     Column("total_tokens", Integer, nullable=False, default=0),
-    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("cost_usd", Float, nullable=False, default=0.0),  # the highest the agent reported
+    Column("priced_usd", Float, nullable=False, default=0.0),  # tokens x the price table
     Column("stopped_by", Text, nullable=True),  # JSON {budget, limit, used}
     Column("updated_at", Float, nullable=False),
 )

@@ -55,6 +55,24 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class Price:
+    """USD per million tokens, for agents that report tokens but no cost."""
+
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+
+    def __post_init__(self) -> None:
+        if self.input_usd_per_mtok < 0 or self.output_usd_per_mtok < 0:
+            raise ValueError("a price cannot be negative")
+
+    def cost(self, usage: Usage) -> float:
+        return (
+            usage.input_tokens * self.input_usd_per_mtok
+            + usage.output_tokens * self.output_usd_per_mtok
+        ) / 1_000_000
+
+
+@dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0

@@ -29,9 +29,15 @@ def reported_usage(response: PromptResponse) -> dict[str, Any] | None:
     ):
         return None
     assert isinstance(inputs, int) and isinstance(outputs, int)
-    return {
+    found: dict[str, Any] = {
         "inputTokens": inputs,
         "outputTokens": outputs,
         "totalTokens": inputs + outputs,
         "source": GEMINI_QUOTA,
     }
+    models = quota.get("model_usage") if isinstance(quota, dict) else None
+    if isinstance(models, list) and len(models) == 1 and isinstance(models[0], dict):
+        model = models[0].get("model")
+        if isinstance(model, str) and model:
+            found["model"] = model  # for the price table (by model) and the turn's span
+    return found

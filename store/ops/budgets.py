@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func
@@ -28,7 +28,15 @@ from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import append_events
 from store.records import NewEvent
 from store.schema import session_usage
-from store.usage import Budget, BudgetAction, BudgetScope, BudgetStop, Usage, turn_usage
+from store.usage import (
+    Budget,
+    BudgetAction,
+    BudgetScope,
+    BudgetStop,
+    Price,
+    Usage,
+    turn_usage,
+)
 from store.writer import WriteContext
 
 __all__ = [
@@ -46,10 +54,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BudgetDefaults:
-    """Budgets from the configuration, for sessions whose spawn set none."""
+    """Budgets from the configuration, for sessions whose spawn set none, and the price
+    table (by model, else by agent name) for agents that report tokens but no cost."""
 
     session: Budget | None = None
     tree: Budget | None = None
+    prices: Mapping[str, Price] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,9 +69,11 @@ class ScopedBudget:
     session_ids: tuple[str, ...]  # every session whose usage counts against it
 
 
-def _add(ctx: WriteContext, session_id: str, usage: Usage, cost: float | None) -> None:
-    """Add ``usage`` to the session's row; ``cost`` (cumulative, as agents report it)
-    replaces the stored cost when it is higher."""
+def _add(
+    ctx: WriteContext, session_id: str, usage: Usage, cost: float | None, priced: float = 0.0
+) -> None:
+    """Add ``usage`` (and ``priced``, its cost by the price table) to the session's row;
+    ``cost`` (cumulative, as agents report it) replaces the stored cost when higher."""
     now = time.time()
     values: dict[str, Any] = {
         "session_id": session_id,
@@ -69,6 +81,7 @@ def _add(ctx: WriteContext, session_id: str, usage: Usage, cost: float | None) -
         "output_tokens": usage.output_tokens,
         "total_tokens": usage.total_tokens,
         "cost_usd": cost if cost is not None else 0.0,
+        "priced_usd": priced,
         "updated_at": now,
     }
     table = session_usage.c
@@ -77,6 +90,7 @@ def _add(ctx: WriteContext, session_id: str, usage: Usage, cost: float | None) -
         "input_tokens": table.input_tokens + usage.input_tokens,
         "output_tokens": table.output_tokens + usage.output_tokens,
         "total_tokens": table.total_tokens + usage.total_tokens,
+        "priced_usd": table.priced_usd + priced,
         "updated_at": now,
     }
     if cost is not None:
@@ -92,7 +106,8 @@ def budgets_of(ctx: WriteContext, session_id: str, defaults: BudgetDefaults) -> 
     metadata_text, parent_id = ctx.raw.execute(hot.SESSION_BUDGET_FACTS, (session_id,)).fetchone()
     metadata = json.loads(metadata_text)
     if (
-        defaults == BudgetDefaults()
+        defaults.session is None
+        and defaults.tree is None
         and parent_id is None
         and "budget" not in metadata
         and "treeBudget" not in metadata
@@ -186,10 +201,26 @@ def add_turn_usage(
     """Count a finished turn's tokens and check the budgets; the sessions stopped."""
     used = turn_usage(reported)
     if used != Usage():  # an agent that reports nothing costs no write
-        _add(ctx, session_id, used, None)
+        price = _price_of(ctx, session_id, reported, defaults.prices)
+        _add(ctx, session_id, used, None, 0.0 if price is None else price.cost(used))
         telemetry.TOKENS.labels("input").inc(used.input_tokens)
         telemetry.TOKENS.labels("output").inc(used.output_tokens)
     return check(ctx, session_id, budgets_of(ctx, session_id, defaults))
+
+
+def _price_of(
+    ctx: WriteContext,
+    session_id: str,
+    reported: dict[str, Any] | None,
+    prices: Mapping[str, Price],
+) -> Price | None:
+    """The price for this turn: by the model the agent reported, else by the agent's name."""
+    if not prices:
+        return None
+    model = (reported or {}).get("model")
+    if isinstance(model, str) and model in prices:
+        return prices[model]
+    return prices.get(queries.get_session(ctx.conn, session_id).agent.name)
 
 
 def record_cost(

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, case, func, select
 
 from state_machines import CommandState
 from store.queries.commands import count_commands
@@ -14,6 +14,9 @@ from store.queries.events import delivery_lag
 from store.queries.sessions import count_sessions_by_state
 from store.schema import session_usage as usage_table
 from store.usage import BudgetStop, SessionUsage, Usage
+
+# A session's cost: what its agent reported when it reports one, else its tokens priced.
+_COST = case((usage_table.c.cost_usd > 0, usage_table.c.cost_usd), else_=usage_table.c.priced_usd)
 
 
 def session_usage(conn: Connection, session_id: str) -> SessionUsage:
@@ -24,7 +27,12 @@ def session_usage(conn: Connection, session_id: str) -> SessionUsage:
     stopped = json.loads(row.stopped_by) if row.stopped_by else None
     return SessionUsage(
         session_id,
-        Usage(row.input_tokens, row.output_tokens, row.total_tokens, row.cost_usd),
+        Usage(
+            row.input_tokens,
+            row.output_tokens,
+            row.total_tokens,
+            row.cost_usd if row.cost_usd > 0 else row.priced_usd,
+        ),
         None if stopped is None else BudgetStop(**stopped),
     )
 
@@ -38,7 +46,7 @@ def usage_sum(conn: Connection, session_ids: Sequence[str]) -> Usage:
                 func.coalesce(func.sum(usage_table.c.input_tokens), 0),
                 func.coalesce(func.sum(usage_table.c.output_tokens), 0),
                 func.coalesce(func.sum(usage_table.c.total_tokens), 0),
-                func.coalesce(func.sum(usage_table.c.cost_usd), 0.0),
+                func.coalesce(func.sum(_COST), 0.0),
             ).where(usage_table.c.session_id.in_(session_ids[start : start + 500]))
         ).one()
         total = total + Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
@@ -52,7 +60,7 @@ def usage_totals(conn: Connection) -> tuple[Usage, int]:
             func.coalesce(func.sum(usage_table.c.input_tokens), 0),
             func.coalesce(func.sum(usage_table.c.output_tokens), 0),
             func.coalesce(func.sum(usage_table.c.total_tokens), 0),
-            func.coalesce(func.sum(usage_table.c.cost_usd), 0.0),
+            func.coalesce(func.sum(_COST), 0.0),
             func.count(usage_table.c.stopped_by),
         )
     ).one()

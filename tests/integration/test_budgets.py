@@ -14,7 +14,7 @@ import pytest
 
 from control_plane import BudgetExceeded, CommandState, ControlPlane, SessionState
 from store.ops.budgets import BudgetDefaults
-from store.usage import Budget, BudgetAction
+from store.usage import Budget, BudgetAction, Price
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
@@ -183,3 +183,25 @@ def test_settings_without_budgets_stop_nothing(tmp_path: Path) -> None:
 def test_replace_keeps_budget_defaults_frozen() -> None:
     defaults = BudgetDefaults(session=Budget(tokens=1))
     assert replace(defaults, tree=Budget(cost_usd=1.0)).session == Budget(tokens=1)
+
+
+def test_the_price_table_costs_tokens_of_agents_that_report_no_cost(tmp_path: Path) -> None:
+    # $1 per input token and $2 per output token, for the example agent by its name
+    prices = {"example-agent": Price(1_000_000, 2_000_000)}
+    with open_cp(tmp_path, budgets=BudgetDefaults(prices=prices)) as cp:
+        agent = example_agent(tmp_path)
+        priced = cp.spawn(agent, tmp_path, "#chunks=5 x", budget=Budget(cost_usd=10))
+        assert priced.command is not None and cp.wait(priced.command.id, 30).ok
+        assert cp.usage(priced.session.id).cost_usd == pytest.approx(2 * 1 + 5 * 2)
+        stop = cp.budget_stop(priced.session.id)
+        assert stop is not None and stop.budget == "session cost_usd" and stop.used == 12
+        # an agent that reports its cost is taken at its word, never priced on top
+        reported = cp.spawn(agent, tmp_path, "#chunks=3 #cost=0.5 y")
+        assert reported.command is not None and cp.wait(reported.command.id, 30).ok
+        assert cp.usage(reported.session.id).cost_usd == pytest.approx(1.5)
+        assert cp.usage(reported.session.id, tree=False).total_tokens == 3 + 3
+
+
+def test_a_negative_price_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Price(-1.0, 1.0)

@@ -29,6 +29,12 @@ def test_gemini_quota_token_count_becomes_the_turns_usage() -> None:
     }
 
 
+def test_gemini_names_its_model_when_it_used_one() -> None:
+    tokens = {"input_tokens": 10, "output_tokens": 5}
+    meta = {"quota": {"token_count": tokens, "model_usage": [{"model": "gemini-2.5-flash"}]}}
+    assert reported_usage(_response(_meta=meta))["model"] == "gemini-2.5-flash"  # type: ignore[index]
+
+
 def test_acp_usage_wins_over_the_quota() -> None:
     meta = {"quota": {"token_count": {"input_tokens": 99, "output_tokens": 99}}}
     usage = {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}

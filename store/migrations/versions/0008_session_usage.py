@@ -23,6 +23,7 @@ def upgrade() -> None:
         sa.Column("output_tokens", sa.Integer(), nullable=False),
         sa.Column("total_tokens", sa.Integer(), nullable=False),
         sa.Column("cost_usd", sa.Float(), nullable=False),
+        sa.Column("priced_usd", sa.Float(), nullable=False),
         sa.Column("stopped_by", sa.Text(), nullable=True),
         sa.Column("updated_at", sa.Float(), nullable=False),
     )
