@@ -16,7 +16,8 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-TRACER = trace.get_tracer("acp-control-plane")
+# Read as ``tracing.TRACER`` at each use (bench/telemetry_overhead.py swaps it per turn).
+TRACER: trace.Tracer = trace.get_tracer("acp-control-plane")
 TURN_SPANS: dict[str, Span] = {}  # session id -> its running turn's span
 _PROPAGATOR = TraceContextTextMapPropagator()
 

@@ -24,8 +24,9 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from actors.session.messages import TurnDone
 from actors.session.recorder import StoreRecorder
+from protocol import tracing
 from protocol.agent.permissions import PermissionBroker
-from protocol.tracing import TRACER, TURN_SPANS, link_to
+from protocol.tracing import TURN_SPANS, link_to
 from store import CommandRecord
 from store.ownership import this_owner
 
@@ -48,7 +49,7 @@ class TurnTrace:
 
     def agent_start(self, start: Callable[[], T]) -> T:
         """Run the agent's start in a span of its own (the next turn links to it)."""
-        with TRACER.start_as_current_span(
+        with tracing.TRACER.start_as_current_span(
             "acp.agent_start",
             attributes={"acpctl.session.id": self._session_id, "gen_ai.agent.name": self._agent},
         ) as span:
@@ -67,7 +68,7 @@ class TurnTrace:
             links.append(trace.Link(self._agent_start, {"acpctl.link": "agent_start"}))
             self._agent_start = None
         started = first.started_at or first.created_at
-        span = TRACER.start_span(
+        span = tracing.TRACER.start_span(
             f"invoke_agent {self._agent}",
             links=links,
             attributes={
@@ -133,7 +134,7 @@ class TurnTrace:
         tool = self._tools.get(call_id)
         if tool is None:
             name = update.get("title") or update.get("kind") or "tool"
-            tool = TRACER.start_span(
+            tool = tracing.TRACER.start_span(
                 f"execute_tool {name}",
                 context=trace.set_span_in_context(self._span),
                 attributes={

@@ -85,9 +85,9 @@ class PermissionBroker:
     async def request(
         self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
     ) -> RequestPermissionResponse:
-        from protocol.tracing import TRACER  # here: the policy alone needs no OpenTelemetry
+        from protocol import tracing  # here: the policy alone needs no OpenTelemetry
 
-        with TRACER.start_as_current_span(
+        with tracing.TRACER.start_as_current_span(
             "acp.permission",
             context=self.trace_context,
             attributes={"gen_ai.tool.call.id": tool_call.tool_call_id},

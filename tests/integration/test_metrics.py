@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from control_plane import Budget, BudgetExceeded
 from control_plane.cli import app
 from control_plane.metrics import MetricsServer
+from tests.conftest import eventually
 from tests.integration.test_serve import Client, _env
 from tests.support.cp_harness import example_agent, open_cp
 
@@ -55,6 +56,8 @@ def test_a_known_run_shows_in_the_counters_and_the_levels(tmp_path: Path) -> Non
             with pytest.raises(BudgetExceeded):
                 cp.prompt(limited.session.id, "refused")
             assert cp.wait_delivered(10)
+            # A turn's slot is given back by its actor just after its outcome committed.
+            eventually(lambda: value(scrape(*server.address), "acpctl_running_turns") == 0)
             after = scrape(*server.address)
         finally:
             server.close()
