@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, case, func, select
 
@@ -17,6 +18,19 @@ from store.usage import BudgetStop, SessionUsage, Usage
 
 # A session's cost: what its agent reported when it reports one, else its tokens priced.
 _COST = case((usage_table.c.cost_usd > 0, usage_table.c.cost_usd), else_=usage_table.c.priced_usd)
+
+
+# Usage summed over the rows selected, in Usage's field order.
+_SUMS = (
+    func.coalesce(func.sum(usage_table.c.input_tokens), 0),
+    func.coalesce(func.sum(usage_table.c.output_tokens), 0),
+    func.coalesce(func.sum(usage_table.c.total_tokens), 0),
+    func.coalesce(func.sum(_COST), 0.0),
+)
+
+
+def _summed(row: Sequence[Any]) -> Usage:
+    return Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
 
 def session_usage(conn: Connection, session_id: str) -> SessionUsage:
@@ -41,30 +55,16 @@ def usage_sum(conn: Connection, session_ids: Sequence[str]) -> Usage:
     """The usage of several sessions together (a tree, a batch)."""
     total = Usage()
     for start in range(0, len(session_ids), 500):  # SQLite's bound-parameter limit
-        row = conn.execute(
-            select(
-                func.coalesce(func.sum(usage_table.c.input_tokens), 0),
-                func.coalesce(func.sum(usage_table.c.output_tokens), 0),
-                func.coalesce(func.sum(usage_table.c.total_tokens), 0),
-                func.coalesce(func.sum(_COST), 0.0),
-            ).where(usage_table.c.session_id.in_(session_ids[start : start + 500]))
-        ).one()
-        total = total + Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3]))
+        chunk = session_ids[start : start + 500]
+        row = conn.execute(select(*_SUMS).where(usage_table.c.session_id.in_(chunk))).one()
+        total = total + _summed(row)
     return total
 
 
 def usage_totals(conn: Connection) -> tuple[Usage, int]:
     """Every session's usage together, and how many sessions a budget stopped."""
-    row = conn.execute(
-        select(
-            func.coalesce(func.sum(usage_table.c.input_tokens), 0),
-            func.coalesce(func.sum(usage_table.c.output_tokens), 0),
-            func.coalesce(func.sum(usage_table.c.total_tokens), 0),
-            func.coalesce(func.sum(_COST), 0.0),
-            func.count(usage_table.c.stopped_by),
-        )
-    ).one()
-    return Usage(int(row[0]), int(row[1]), int(row[2]), float(row[3])), int(row[4])
+    row = conn.execute(select(*_SUMS, func.count(usage_table.c.stopped_by))).one()
+    return _summed(row), int(row[4])
 
 
 @dataclass(frozen=True)
