@@ -12,7 +12,6 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,11 @@ from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from control_plane.agents import agent_from_command
+from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.export import export_session
 from control_plane.outcome import Outcome
 from control_plane.services import FrontEndServices
-from control_plane.subagents.credentials import BridgeCredentials
-from control_plane.subagents.rules import socket_path
 from control_plane.subagents.server import SubagentBridge
 from control_plane.waiting import Waiters
 from protocol.loop import ProtocolLoop
@@ -91,37 +89,16 @@ class ControlPlane(FrontEndServices):
         running sessions (``run_sessions=False`` opens the store for inspection only).
         With ``subagent_tools`` every agent gets the MCP subagent tools (spawn_subagent,
         ...), served over a local socket next to the store."""
-        store = Store.open(path, options)
-        settings = settings or RuntimeSettings()
-        if settings.log_dir == RuntimeSettings().log_dir:
-            # Agent stderr logs live next to the store unless configured otherwise.
-            log_dir = os.path.join(os.path.dirname(store.path), "agent-logs")
-            settings = replace(settings, log_dir=log_dir)
-        loop: ProtocolLoop | None = None
-        try:
-            delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
-            delivery.start()
-            loop = ProtocolLoop()
-            credentials: BridgeCredentials | None = None
-            if run_sessions and subagent_tools:
-                # Before the supervisor: every agent launch asks for its MCP entry.
-                credentials = BridgeCredentials(socket_path(store.path))
-                settings = replace(settings, mcp_servers=credentials.mcp_servers_for)
-            supervisor = Supervisor(store, loop, settings)
-            delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
-            cp = cls(store, delivery, loop, supervisor)
-            if credentials is not None:
-                bridge = SubagentBridge(cp, credentials)
-                loop.call(bridge.start(), 10)
-                cp._bridge = bridge
-            if run_sessions:
-                supervisor.start()
-        except BaseException:
-            if loop is not None:
-                loop.stop()
-            store.close()
-            raise
-        return cp
+        return assemble(
+            cls,
+            path,
+            options,
+            settings,
+            delivery_workers,
+            delivery_batch,
+            run_sessions,
+            subagent_tools,
+        )
 
     @property
     def recovery(self) -> RecoveryReport:

@@ -1,0 +1,64 @@
+"""Putting a control plane together (``ControlPlane.open``): the store, delivery, the
+protocol loop, the supervisor of the session actors and the subagent bridge, in the order
+their dependencies need, and taken apart again if any step fails."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from actors.delivery.service import DeliveryService
+from actors.settings import RuntimeSettings
+from actors.supervisor import Supervisor
+from control_plane.subagents.credentials import BridgeCredentials
+from control_plane.subagents.rules import socket_path
+from control_plane.subagents.server import SubagentBridge
+from protocol.loop import ProtocolLoop
+from store import Store, StoreOptions
+
+if TYPE_CHECKING:
+    from control_plane.api import ControlPlane
+
+
+def assemble(
+    cls: type[ControlPlane],
+    path: str | os.PathLike[str],
+    options: StoreOptions | None,
+    settings: RuntimeSettings | None,
+    delivery_workers: int,
+    delivery_batch: int,
+    run_sessions: bool,
+    subagent_tools: bool,
+) -> ControlPlane:
+    store = Store.open(path, options)
+    settings = settings or RuntimeSettings()
+    if settings.log_dir == RuntimeSettings().log_dir:
+        # Agent stderr logs live next to the store unless configured otherwise.
+        log_dir = os.path.join(os.path.dirname(store.path), "agent-logs")
+        settings = replace(settings, log_dir=log_dir)
+    loop: ProtocolLoop | None = None
+    try:
+        delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
+        delivery.start()
+        loop = ProtocolLoop()
+        credentials: BridgeCredentials | None = None
+        if run_sessions and subagent_tools:
+            # Before the supervisor: every agent launch asks for its MCP entry.
+            credentials = BridgeCredentials(socket_path(store.path))
+            settings = replace(settings, mcp_servers=credentials.mcp_servers_for)
+        supervisor = Supervisor(store, loop, settings)
+        delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
+        cp = cls(store, delivery, loop, supervisor)
+        if credentials is not None:
+            bridge = SubagentBridge(cp, credentials)
+            loop.call(bridge.start(), 10)
+            cp._bridge = bridge
+        if run_sessions:
+            supervisor.start()
+    except BaseException:
+        if loop is not None:
+            loop.stop()
+        store.close()
+        raise
+    return cp
