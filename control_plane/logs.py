@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from actors import log_context
+from protocol.secrets import Redactor
 
 if TYPE_CHECKING:
     from control_plane.config import Config
@@ -32,18 +33,11 @@ class SecretRedactor(logging.Filter):
 
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        # Longest first, so a secret that contains another is replaced whole; short values
-        # ("1", "on") are not secrets worth mangling every line for.
-        self._secrets = sorted({s for s in secrets if len(s) >= 6}, key=len, reverse=True)
-
-    def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, "***")
-        return text
+        self._redactor = Redactor(secrets)  # the rule stored stderr tails follow too
+        self.redact = self._redactor.redact
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if self._secrets:
+        if self._redactor:
             record.msg = self.redact(record.getMessage())
             record.args = None
             if record.exc_info and not record.exc_text:

@@ -23,10 +23,12 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from actors.session.messages import TurnDone
+from actors.session.outcomes import turn_outcome
 from actors.session.recorder import StoreRecorder
 from protocol import tracing
 from protocol.agent.permissions import PermissionBroker
 from protocol.tracing import TURN_SPANS, link_to
+from state_machines import OutcomeStatus, outcome_status
 from store import CommandRecord
 from store.ownership import this_owner
 
@@ -110,14 +112,13 @@ class TurnTrace:
                 span.set_attribute(f"gen_ai.usage.{name}", usage[key])
         if isinstance(usage.get("model"), str):
             span.set_attribute("gen_ai.response.model", usage["model"])
-        status = "timeout" if result.timed_out else None
-        if status is None:
-            stopped = result.stop_reason == "cancelled"
-            status = "cancelled" if stopped else "ok"
+        # The same word the turn's command gets (OutcomeStatus), from the same rule.
+        outcome, final, _ = turn_outcome(result, "", None)
+        status = outcome_status(final, outcome)
         span.set_attribute("acpctl.stop_reason", result.stop_reason)
-        span.set_attribute("acpctl.outcome", status)
+        span.set_attribute("acpctl.outcome", str(status))
         span.set_attribute("acpctl.interrupted", False)
-        if status == "timeout":
+        if status is OutcomeStatus.TIMEOUT:
             span.set_status(Status(StatusCode.ERROR, "the turn timed out"))
         span.end(now)
 

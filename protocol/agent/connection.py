@@ -54,6 +54,7 @@ from protocol.agent.types import (
     TurnResult,
 )
 from protocol.agent.usage import reported_usage
+from protocol.secrets import Redactor
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 from state_machines.event_kinds import EventKind
 
@@ -279,11 +280,8 @@ class AgentConnection(SessionRequests):
     def _stderr_tail(self) -> list[str]:
         """The end of the agent's stderr log with its secrets replaced by ***: it is stored
         (agent_exited) and quoted in errors, and an agent may print its own API key."""
-        lines = tail_lines(self.launch.stderr_path)
-        for secret in sorted(self.launch.secret_values, key=len, reverse=True):
-            if len(secret) >= 6:
-                lines = [line.replace(secret, "***") for line in lines]
-        return lines
+        redactor = Redactor(self.launch.secret_values)
+        return [redactor.redact(line) for line in tail_lines(self.launch.stderr_path)]
 
     def _require_conn(self) -> ClientSideConnection:
         if self._conn is None:
