@@ -35,6 +35,7 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     [permissions]
     default = "ask"                   # allow | deny | ask
     by_kind = { read = "allow", execute = "deny" }
+    ask_timeout_s = 600               # serve --listen: unanswered asks end "cancelled"
 
     [agents.claude]
     command = "npx @zed-industries/claude-code-acp"
@@ -153,6 +154,9 @@ class Tracing(_Strict):
 class Permissions(_Strict):
     default: Decision = Decision.ASK
     by_kind: dict[str, Decision] = Field(default_factory=dict)
+    # serve --listen: how long an "ask" waits for an attached client to answer (None: until
+    # answered or the turn is cancelled); then it is answered "cancelled" (docs/remote.md).
+    ask_timeout_s: float | None = Field(default=None, gt=0)
 
 
 class AgentConfig(_Strict):

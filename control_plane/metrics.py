@@ -27,10 +27,10 @@ class MetricsAddressError(ControlPlaneError, ValueError):
     """``--metrics`` needs ``HOST:PORT`` with a port in 0-65535."""
 
 
-def parse_address(value: str) -> tuple[str, int]:
+def parse_address(value: str, flag: str = "--metrics") -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise MetricsAddressError(f"--metrics wants HOST:PORT (like 127.0.0.1:9464), not {value!r}")
+        raise MetricsAddressError(f"{flag} wants HOST:PORT (like 127.0.0.1:9464), not {value!r}")
     return host.strip("[]"), int(port)
 
 

@@ -19,6 +19,7 @@ from store import EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionCommit
 from store.hashing import command_hash
 from store.ops import budgets
+from store.tokens import TokenRecord
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
 
 T = TypeVar("T")
@@ -55,6 +56,10 @@ class FrontEndServices:
         """Run ``coro`` on the protocol loop (where agent connections live) and wait for
         it from this thread. Never call it from the loop itself."""
         return self._loop.call(coro, timeout)
+
+    def token_by_digest(self, secret_sha256: str) -> TokenRecord | None:
+        """The active access token whose secret has this digest (``control_plane/tokens.py``)."""
+        return self._store.read(lambda c: queries.token_by_digest(c, secret_sha256))
 
     def store_fault(self, min_s: float) -> StoreError | None:
         """The store's refusal once every write has failed for ``min_s`` seconds (or at once

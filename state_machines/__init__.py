@@ -19,6 +19,7 @@ from state_machines.errors import (
     StoreDamaged,
     StoreError,
     StoreUnavailable,
+    TokenNotFound,
 )
 from state_machines.event_kinds import EventKind
 from state_machines.outcome_status import OutcomeStatus, outcome_status
@@ -54,6 +55,7 @@ __all__ = [
     "StoreDamaged",
     "StoreError",
     "StoreUnavailable",
+    "TokenNotFound",
     "TransitionTable",
     "outcome_status",
 ]

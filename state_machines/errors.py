@@ -73,6 +73,14 @@ class CommandNotFound(ControlPlaneError):
         super().__init__(f"no command with id {command_id!r}")
 
 
+class TokenNotFound(ControlPlaneError):
+    """No access token (not revoked) with that name or id."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no access token named {name!r}")
+
+
 class IdempotencyConflict(ControlPlaneError):
     """The idempotency key was used before with a different kind or payload."""
 

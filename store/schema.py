@@ -158,3 +158,17 @@ session_usage = Table(
     Column("stopped_by", Text, nullable=True),  # JSON {budget, limit, used}
     Column("updated_at", Float, nullable=False),
 )
+
+# Who may use the network front end (0009). Only a SHA-256 of each token's secret is kept:
+# the secret is random (256 bits), shown once at creation, and never stored.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("name", String, nullable=False),
+    Column("secret_sha256", String, nullable=False, unique=True),
+    Column("access", String, nullable=False),  # TokenAccess
+    Column("sessions", String, nullable=False),  # TokenSessions
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float, nullable=True),
+)

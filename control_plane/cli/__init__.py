@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from control_plane.cli import batch as cli_batch
 from control_plane.cli import sessions as cli_sessions
+from control_plane.cli import tokens as cli_tokens
 from control_plane.cli.common import Context, errors_as_exit, out, print_json
 
 GLOBAL_OPTIONS = ("--db", "--config")
@@ -64,6 +65,7 @@ app = typer.Typer(
 config_app = typer.Typer(help="Show the effective configuration.", no_args_is_help=True)
 app.add_typer(cli_sessions.app, name="sessions")
 app.add_typer(config_app, name="config")
+app.add_typer(cli_tokens.app, name="tokens")
 
 
 class LogFormat(StrEnum):
@@ -129,13 +131,38 @@ def serve_command(
         str | None,
         typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
     ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            help="Serve ACP over the network at HOST:PORT (/acp: WebSocket and Streamable "
+            "HTTP; tokens from 'acpctl tokens create'). Default: stdio.",
+        ),
+    ] = None,
+    cert: Annotated[str | None, typer.Option(help="TLS certificate (PEM) for --listen.")] = None,
+    key: Annotated[str | None, typer.Option(help="TLS private key (PEM) for --listen.")] = None,
+    insecure_no_tls: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-tls", help="Allow --listen beyond loopback without TLS (unsafe)."
+        ),
+    ] = False,
+    grace: Annotated[
+        float, typer.Option(help="On SIGTERM, seconds running turns get to finish.")
+    ] = 30.0,
+    send_buffer_bytes: Annotated[
+        int, typer.Option(help="--listen: unread bytes a client may owe before it is cut off.")
+    ] = 16 * 1024 * 1024,
 ) -> None:
-    """Be an ACP agent on stdio in front of any ACP agent: durable, resumable sessions for
-    any ACP client (editors, headless clients). Logs go to stderr.
+    """Be an ACP agent on stdio (or, with --listen, on the network) in front of any ACP
+    agent: durable, resumable sessions for any ACP client (editors, headless clients,
+    remote clients). Logs go to stderr.
 
     Example (Zed settings.json, "agent_servers"):
       {"Durable Claude": {"command": "acpctl",
         "args": ["serve", "--agent", "npx @zed-industries/claude-code-acp"]}}
+
+    Example (network): acpctl tokens create laptop; acpctl serve --listen 127.0.0.1:8787
     """
     import asyncio
 
@@ -148,12 +175,32 @@ def serve_command(
         metrics_at = None if metrics is None else parse_address(metrics)
         config = ctx.config()
         spec, _ = config.agent(agent)
-        # The backend agent starts now, while serve imports the SDK and opens the store:
-        # the editor's first session/new then finds it ready (protocol/agent/prestart.py).
-        backend = prestart_backend(config, spec)
-        from control_plane.serve.run import serve
+        if listen is not None:
+            from pathlib import Path
 
-        code = asyncio.run(serve(config, spec, max_frame_bytes, backend, metrics_at))
+            from control_plane.remote.hub import Limits
+            from control_plane.remote.run import ListenOptions, check_listen, serve_listen
+
+            host, port = parse_address(listen, "--listen")
+            options = ListenOptions(
+                host,
+                port,
+                cert=None if cert is None else Path(cert),
+                key=None if key is None else Path(key),
+                insecure=insecure_no_tls,
+                grace_s=grace,
+                limits=Limits(max_frame_bytes=max_frame_bytes, max_buffer_bytes=send_buffer_bytes),
+            )
+            check_listen(options)
+            code = asyncio.run(serve_listen(config, spec, options, None, metrics_at))
+        else:
+            # The backend agent starts now, while serve imports the SDK and opens the
+            # store: the editor's first session/new then finds it ready
+            # (protocol/agent/prestart.py).
+            backend = prestart_backend(config, spec)
+            from control_plane.serve.run import serve
+
+            code = asyncio.run(serve(config, spec, max_frame_bytes, backend, metrics_at))
     if code:
         raise typer.Exit(code)
 

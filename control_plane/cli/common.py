@@ -25,6 +25,7 @@ from state_machines import (
     SessionNotFound,
     StoreError,
     StoreUnavailable,
+    TokenNotFound,
 )
 
 if TYPE_CHECKING:  # heavy (pydantic, the SDK schema, SQLAlchemy): imported where used
@@ -43,9 +44,12 @@ def input_errors() -> tuple[type[Exception], ...]:
     from control_plane.batch.tasks import TaskFileError
     from control_plane.config import ConfigError
     from control_plane.metrics import MetricsAddressError
+    from control_plane.remote.run import ListenRefused
 
     return (
         MetricsAddressError,
+        ListenRefused,
+        TokenNotFound,
         AgentCommandError,
         ConfigError,
         TaskFileError,
@@ -140,11 +144,13 @@ def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[Contro
 
 
 @contextmanager
-def opened_store(ctx: Context) -> Iterator[Store]:
+def opened_store(ctx: Context, create: bool = False) -> Iterator[Store]:
     """The configured store alone, for read commands: no runtime is built (no protocol
     loop, no supervisor, no deliveries), so looking starts fast and has no side effects on
-    sessions or sinks. Missing store: exit 2, nothing created."""
-    config, db = _store_location(ctx, must_exist=True)
+    sessions or sinks. Missing store: exit 2, nothing created (``create``: created, for the
+    commands that come before any session, like ``tokens create``)."""
+    config, db = _store_location(ctx, must_exist=not create)
+    db.parent.mkdir(parents=True, exist_ok=True)
     from store import Store
 
     store = Store.open(db, config.store_options())

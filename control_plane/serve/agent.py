@@ -42,6 +42,7 @@ from control_plane.outcome import Outcome
 from control_plane.serve.backend import BackendProbe
 from control_plane.serve.client_io import idempotency_key, plain_list, send_queued, write_updates
 from control_plane.serve.feed import TurnFeed
+from control_plane.serve.prompt_answer import prompt_response
 from control_plane.serve.watch import SessionWatches, SetupEvent
 from protocol.face.replay import conversation_updates, current_setup, update_of
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
@@ -71,11 +72,11 @@ class ServeAgent:
         self,
         cp: ControlPlane,
         agent: AgentSpec,
-        out: asyncio.StreamWriter,
+        out: asyncio.StreamWriter | None,
         queue_mode: str = "followup",
     ) -> None:
         self.cp = cp
-        self.out = out  # the client stream (the SDK connection writes to it too)
+        self.out = out  # the client stream on stdio (the SDK connection writes to it too)
         self.agent = agent
         self.queue_mode = queue_mode
         self.client: AgentSideConnection | None = None
@@ -83,6 +84,7 @@ class ServeAgent:
         self.backend_init: dict[str, Any] | None = None
         self.backend = BackendProbe(cp, agent)
         self.watches = SessionWatches(cp, asyncio.get_running_loop(), self._send_queued)
+        self.session_metadata: dict[str, Any] = {}  # merged into every new session's
 
     def on_connect(self, conn: AgentSideConnection) -> None:
         self.client = conn
@@ -144,6 +146,7 @@ class ServeAgent:
             # An editor's prompt cut short by a crash is shown as interrupted, never re-run
             # behind the user's back (docs/protocol.md).
             "interruptedTurns": "report",
+            **self.session_metadata,
         }
         try:
             spawned = await asyncio.to_thread(
@@ -266,19 +269,7 @@ class ServeAgent:
             outcome = await self._stream_turn(command, feed)
         finally:
             unwatch()
-        if outcome.state is CommandState.FAILED and not outcome.stop_reason:
-            if outcome.agent_error is not None:
-                raise agent_refused({"agentError": outcome.agent_error})
-            raise turn_failed(outcome.error or "the turn failed")
-        if outcome.state is CommandState.INTERRUPTED:
-            # A repeated request for a prompt a crash cut short: it ended, and is not re-run.
-            return PromptResponse(
-                stop_reason="cancelled", field_meta={"acpctl": {"interrupted": True}}
-            )
-        stop = outcome.stop_reason
-        if stop is None:
-            stop = "cancelled" if outcome.state is CommandState.CANCELLED else "end_turn"
-        return PromptResponse(stop_reason=stop)
+        return prompt_response(outcome)
 
     async def _stream_turn(self, command: CommandRecord, feed: TurnFeed) -> Outcome:
         """Forward the command's updates as they are committed (from the session feed, not
@@ -392,4 +383,5 @@ class ServeAgent:
             await send_queued(self.client, session_id, updates)
 
     async def _send_updates(self, session_id: str, updates: list[dict[str, Any]]) -> None:
+        assert self.out is not None
         await write_updates(self.out, session_id, updates)

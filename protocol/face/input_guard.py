@@ -19,19 +19,34 @@ INVALID_REQUEST = -32600
 DEFAULT_MAX_FRAME_BYTES = 8 * 1024 * 1024
 
 
-def _error(code: int, message: str, request_id: Any = None) -> bytes:
-    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-    return json.dumps(body).encode() + b"\n"
+def _error(code: int, message: str, request_id: Any = None) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
 def check_frame(line: bytes, max_frame_bytes: int) -> bytes | None:
     """The error response for a bad frame, or None if the SDK may have it."""
+    problem = frame_problem(line, max_frame_bytes)
+    return None if problem is None else json.dumps(problem).encode() + b"\n"
+
+
+def parse_frame(data: bytes, max_frame_bytes: int) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """A frame of the network front end: ``(message, {})`` when the SDK may have it, else
+    ``(None, the JSON-RPC error response)``. Same rules as stdio (one frame, one message)."""
+    problem = frame_problem(data, max_frame_bytes)
+    if problem is not None:
+        return None, problem
+    return json_codec.loads(data), {}
+
+
+def frame_problem(line: bytes, max_frame_bytes: int) -> dict[str, Any] | None:
     if len(line) > max_frame_bytes:
         return _error(INVALID_REQUEST, f"Invalid Request: frame over {max_frame_bytes} bytes")
     try:
         value = json_codec.loads(line)
     except ValueError:
         return _error(PARSE_ERROR, "Parse error: not valid JSON")
+    if isinstance(value, list):
+        return _error(INVALID_REQUEST, "Invalid Request: JSON-RPC batches are not supported")
     if not isinstance(value, dict):
         return _error(INVALID_REQUEST, "Invalid Request: a JSON-RPC message must be an object")
     if "method" not in value and "id" not in value:
@@ -64,11 +79,10 @@ async def guard_input(
             if not oversized:
                 pending += chunk[start:]
                 if len(pending) > max_frame_bytes:
-                    writer.write(
-                        _error(
-                            INVALID_REQUEST, f"Invalid Request: frame over {max_frame_bytes} bytes"
-                        )
+                    error = _error(
+                        INVALID_REQUEST, f"Invalid Request: frame over {max_frame_bytes} bytes"
                     )
+                    writer.write(json.dumps(error).encode() + b"\n")
                     pending.clear()
                     oversized = True  # skip until the next newline
         if pending and not oversized:

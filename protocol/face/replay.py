@@ -48,18 +48,25 @@ def interrupted_marker(event: EventLike) -> dict[str, Any] | None:
 
 
 def conversation_updates(events: Iterable[EventLike]) -> Iterator[dict[str, Any]]:
+    for _, update in conversation_updates_at(events):
+        yield update
+
+
+def conversation_updates_at(events: Iterable[EventLike]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each update with the position (``seq``) of the event it comes from: a prompt of
+    several blocks gives several updates at one position."""
     for event in events:
         marker = interrupted_marker(event)
         if marker is not None:
-            yield marker
+            yield event.seq, marker
             continue
         if event.kind == EventKind.PROMPT:
             for block in event.payload.get("content", []):
-                yield {"sessionUpdate": "user_message_chunk", "content": block}
+                yield event.seq, {"sessionUpdate": "user_message_chunk", "content": block}
             continue
         update = update_of(event)
         if update is not None and update.get("sessionUpdate") != "user_message_chunk":
-            yield update
+            yield event.seq, update
 
 
 def current_setup(events: Iterable[EventLike]) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from store.queries.sessions import (
     store_identity,
     tree_root,
 )
+from store.queries.tokens import list_tokens, token_by_digest, token_by_id
 from store.queries.usage import (
     StoreLevels,
     session_usage,
@@ -63,6 +64,7 @@ __all__ = [
     "interrupted_counts",
     "latest_event",
     "list_sessions",
+    "list_tokens",
     "next_queued",
     "orphaned_sessions",
     "session_by_key",
@@ -73,6 +75,8 @@ __all__ = [
     "siblings_running",
     "store_identity",
     "store_levels",
+    "token_by_digest",
+    "token_by_id",
     "tree_root",
     "undelivered_bindings",
     "usage_sum",

@@ -84,13 +84,11 @@ def delivery_lag(conn: Connection) -> list[tuple[str, str, int]]:
 
 
 def latest_event(conn: Connection, session_id: str, kinds: tuple[str, ...]) -> EventRecord | None:
-    """The session's most recent event of one of ``kinds``."""
-    row = conn.execute(
-        select(events)
-        .where(events.c.session_id == session_id, events.c.kind.in_(kinds))
-        .order_by(events.c.seq.desc())
-        .limit(1)
-    ).first()
+    """The session's most recent event of one of ``kinds`` (of any kind when empty)."""
+    query = select(events).where(events.c.session_id == session_id)
+    if kinds:
+        query = query.where(events.c.kind.in_(kinds))
+    row = conn.execute(query.order_by(events.c.seq.desc()).limit(1)).first()
     return None if row is None else event_from_row(row)
 
 

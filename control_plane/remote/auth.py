@@ -1,0 +1,39 @@
+"""Where a client puts its token. ``Authorization: Bearer <secret>`` everywhere; browsers,
+which cannot set headers on a WebSocket, use the cookie ``acpctl_token`` or offer the
+subprotocol ``acpctl.bearer.<secret>`` (next to ``acp``, which the server then picks). Never
+a query parameter: URLs end up in access logs and browser history."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+COOKIE = "acpctl_token"
+SUBPROTOCOL_PREFIX = "acpctl.bearer."
+ACP_SUBPROTOCOL = "acp"
+
+
+def presented_secret(headers: Mapping[str, str], cookies: Mapping[str, str]) -> str | None:
+    authorization = headers.get("authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if cookies.get(COOKIE):
+        return cookies[COOKIE]
+    for offered in offered_subprotocols(headers):
+        if offered.startswith(SUBPROTOCOL_PREFIX):
+            return offered[len(SUBPROTOCOL_PREFIX) :]
+    return None
+
+
+def offered_subprotocols(headers: Mapping[str, str]) -> list[str]:
+    raw = headers.get("sec-websocket-protocol", "")
+    return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+def chosen_subprotocol(headers: Mapping[str, str]) -> str | None:
+    """The subprotocol to accept: ``acp`` when offered; else the bearer one if that is all
+    the client offered (a browser must get one of its own back)."""
+    offered = offered_subprotocols(headers)
+    if ACP_SUBPROTOCOL in offered:
+        return ACP_SUBPROTOCOL
+    return offered[0] if offered else None

@@ -1,0 +1,90 @@
+"""Operating ``serve --listen``: health and readiness, a SIGTERM that lets running turns
+finish, and refusing to listen beyond loopback in clear text."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.remote_client import ListenServer, make_token, ws_client
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_healthz_and_readyz_answer_without_a_token(server: ListenServer) -> None:
+    base = server.url.removesuffix("/acp")
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(base + "/healthz")).text == "ok"
+        ready = await http.get(base + "/readyz")
+        assert ready.status_code == 200 and ready.text == "ready"
+
+
+async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path) -> None:
+    server = ListenServer(tmp_path, "--grace", "30")
+    secret = make_token(server.db, "tests")
+    server.start()
+    try:
+        async with ws_client(server.ws_url, secret) as client:
+            await client.initialize()
+            sid = await client.new_session(str(tmp_path))
+            turn = asyncio.create_task(client.prompt(sid, "#chunks=40 #delay=25 go"))
+            await client.wait_for(lambda: len(client.updates(sid)) >= 5)
+            assert server.proc is not None
+            server.proc.send_signal(15)
+            answer = await turn  # the turn finishes and its answer still reaches the client
+            assert answer["stopReason"] == "end_turn"
+            chunks = [u for u in client.text(sid).split() if u.startswith("c")]
+            assert len(chunks) == 40
+        code = await asyncio.to_thread(server.proc.wait, 60)
+        assert code == 0
+    finally:
+        server.stop()
+
+
+async def test_sigterm_past_the_grace_period_interrupts_the_turn_and_records_it(
+    tmp_path: Path,
+) -> None:
+    server = ListenServer(tmp_path, "--grace", "0.5")
+    secret = make_token(server.db, "tests")
+    server.start()
+    try:
+        async with ws_client(server.ws_url, secret) as client:
+            await client.initialize()
+            sid = await client.new_session(str(tmp_path))
+            turn = asyncio.create_task(client.prompt(sid, "#chunks=400 #delay=50 go", key="k"))
+            await client.wait_for(lambda: len(client.updates(sid)) >= 3)
+            assert server.proc is not None
+            server.proc.send_signal(15)
+            with pytest.raises(ConnectionError):
+                await turn
+        assert await asyncio.to_thread(server.proc.wait, 60) == 0
+        server.start()
+        async with ws_client(server.ws_url, secret) as client:
+            await client.initialize()
+            found = await client.request(
+                "_acpctl/outcome", {"sessionId": sid, "idempotencyKey": "k"}
+            )
+            assert found["state"] == "interrupted"
+    finally:
+        server.stop()
+
+
+def test_listening_beyond_loopback_without_tls_is_refused(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db")]
+    refused = subprocess.run(
+        [*argv, "serve", "--listen", "0.0.0.0:0"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2
+    assert "without TLS" in refused.stderr and "--insecure-no-tls" in refused.stderr
+    half = subprocess.run(
+        [*argv, "serve", "--listen", "127.0.0.1:0", "--cert", "c.pem"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert half.returncode == 2 and "--cert and --key go together" in half.stderr
