@@ -205,6 +205,46 @@ def serve_command(
         raise typer.Exit(code)
 
 
+@app.command("attach")
+def attach_command(
+    url: Annotated[str, typer.Argument(help="The server's /acp URL (ws://, wss://, http(s)://).")],
+    session: Annotated[str, typer.Argument(help="The session to attach to.")],
+    token_file: Annotated[
+        str | None,
+        typer.Option(help="A file holding the access token (else ACPCTL_TOKEN)."),
+    ] = None,
+) -> None:
+    """Watch a session of 'acpctl serve --listen' live from anywhere: its conversation so
+    far, then every update as it happens. A line on stdin is a prompt; a number answers a
+    pending permission request. Reconnects by itself, without repeating or losing output.
+
+    Example: ACPCTL_TOKEN=$(cat ~/.acpctl-token) acpctl attach ws://devbox:8787/acp SESSION
+    """
+    import asyncio
+    import os
+    from pathlib import Path
+
+    from control_plane.cli.common import fail
+
+    token = (
+        Path(token_file).read_text().strip()
+        if token_file is not None
+        else os.environ.get("ACPCTL_TOKEN", "")
+    )
+    if not token:
+        fail("no token: set ACPCTL_TOKEN or pass --token-file (acpctl tokens create NAME)")
+    from control_plane.remote.attach import AttachRefused, attach
+
+    try:
+        code = asyncio.run(attach(url, token, session))
+    except AttachRefused as exc:
+        fail(str(exc), code=1)
+    except KeyboardInterrupt:
+        code = 130
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command("example-agent")
 def example_agent(
     args: Annotated[
