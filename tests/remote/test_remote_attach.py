@@ -77,7 +77,7 @@ async def test_attach_prompts_and_answers_a_permission_request(
         await attach.wait_for(r"permission: allowed\s*\[end_turn\]")
     finally:
         code = attach.stop()
-    assert code == 0, attach.proc.stderr.read() if attach.proc.stderr else ""  # type: ignore[union-attr]
+    assert code == 0, attach.proc.stderr.read() if attach.proc.stderr else ""
     assert attach.output.count("Echo: earlier turn") == 1
 
 
