@@ -12,7 +12,7 @@ from tests.support.remote_client import ListenServer, make_token
 def server(tmp_path: Path) -> Iterator[ListenServer]:
     running = ListenServer(tmp_path)
     running.db.parent.mkdir(parents=True, exist_ok=True)
-    running.secret = make_token(running.db, "tests")  # type: ignore[attr-defined]
+    running.secret = make_token(running.db, "tests")
     running.start()
     try:
         yield running

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.anyio
 
 class AttachProcess:
     def __init__(self, server: ListenServer, session_id: str) -> None:
-        env = {**os.environ, "ACPCTL_TOKEN": server.secret}  # type: ignore[attr-defined]
+        env = {**os.environ, "ACPCTL_TOKEN": server.secret}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "control_plane.cli", "attach", server.ws_url, session_id],
             stdin=subprocess.PIPE,
@@ -64,7 +64,7 @@ class AttachProcess:
 async def test_attach_prompts_and_answers_a_permission_request(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as owner:  # type: ignore[attr-defined]
+    async with ws_client(server.ws_url, server.secret) as owner:
         await owner.initialize()
         sid = await owner.new_session(str(tmp_path))
         await owner.prompt(sid, "earlier turn")
@@ -84,7 +84,7 @@ async def test_attach_prompts_and_answers_a_permission_request(
 async def test_attach_reconnects_after_the_server_restarts_and_shows_the_rest_once(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     async with ws_client(server.ws_url, secret) as owner:
         await owner.initialize()
         sid = await owner.new_session(str(tmp_path))

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 async def test_two_clients_see_every_update_once_in_order(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     async with ws_client(server.ws_url, secret) as a, ws_client(server.ws_url, secret) as b:
         await a.initialize()
         await b.initialize()
@@ -61,7 +61,7 @@ def _agent_updates(seen: Seen) -> Seen:
 async def test_a_permission_request_goes_to_every_client_and_the_first_answer_wins(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     async with (
         ws_client(server.ws_url, secret, permission="ignore") as a,
         ws_client(server.ws_url, secret, permission="ignore") as b,
@@ -87,7 +87,7 @@ async def test_a_permission_request_goes_to_every_client_and_the_first_answer_wi
 async def test_a_pending_permission_request_waits_for_a_client_to_come_back(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     async with ws_client(server.ws_url, secret, permission="ignore") as a:
         await a.initialize()
         sid = await a.new_session(str(tmp_path))

@@ -44,7 +44,7 @@ def node_client() -> Path:
 async def test_the_typescript_sdk_client_completes_a_turn_with_a_permission_request(
     server: ListenServer, node_client: Path, tmp_path: Path, transport: str
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     run = subprocess.run(
         ["node", str(node_client), server.url, secret, transport, str(tmp_path)],
         capture_output=True,

@@ -76,7 +76,7 @@ async def test_a_revoked_token_is_refused_without_a_restart(
 async def test_a_watch_only_token_reads_and_changes_nothing(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    owner = server.secret  # type: ignore[attr-defined]
+    owner = server.secret
     watcher = make_token(server.db, "watcher", access=TokenAccess.WATCH)
     async with ws_client(server.ws_url, owner) as a, ws_client(server.ws_url, watcher) as w:
         await a.initialize()
@@ -132,7 +132,7 @@ async def test_a_token_scoped_to_its_own_sessions_cannot_reach_another_tokens(
 
 
 async def test_malformed_http_requests_get_the_right_status(server: ListenServer) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     auth = {"Authorization": f"Bearer {secret}"}
     before = _counts(server.db)
     async with httpx.AsyncClient() as http:
@@ -167,7 +167,7 @@ async def test_malformed_http_requests_get_the_right_status(server: ListenServer
 async def test_garbage_websocket_frames_get_json_rpc_errors_and_the_connection_goes_on(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as client:  # type: ignore[attr-defined]
+    async with ws_client(server.ws_url, server.secret) as client:
         for frame in ("{not json", "[1, 2]", '"a string"', "[" * 50_000, '{"jsonrpc":"2.0"}'):
             count = len(client.notifications)
             await client.send_text(frame)

@@ -37,7 +37,7 @@ async def _outcome(client: RpcClient, sid: str, key: str) -> dict[str, Any]:
 async def test_a_client_dropped_mid_turn_gets_exactly_the_rest_and_the_outcome(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     key = "prompt-1"
     async with ws_client(server.ws_url, secret) as first:
         await first.initialize()
@@ -69,7 +69,7 @@ async def test_a_client_dropped_mid_turn_gets_exactly_the_rest_and_the_outcome(
 async def test_a_server_killed_mid_turn_serves_the_rest_after_a_restart(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    secret = server.secret  # type: ignore[attr-defined]
+    secret = server.secret
     async with ws_client(server.ws_url, secret) as first:
         await first.initialize()
         sid = await first.new_session(str(tmp_path))

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_turn_over_websocket_streams_every_update_with_its_position(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as client:  # type: ignore[attr-defined]
+    async with ws_client(server.ws_url, server.secret) as client:
         init = await client.initialize()
         assert init["agentCapabilities"]["loadSession"] is True
         sid = await client.new_session(str(tmp_path))
@@ -32,7 +32,7 @@ async def test_a_turn_over_websocket_streams_every_update_with_its_position(
 async def test_a_turn_over_streamable_http_uses_the_session_stream(
     server: ListenServer, tmp_path: Path
 ) -> None:
-    async with http_client(server.url, server.secret) as client:  # type: ignore[attr-defined]
+    async with http_client(server.url, server.secret) as client:
         await client.initialize()
         assert client.connection_id
         sid = await client.new_session(str(tmp_path))

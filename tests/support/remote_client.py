@@ -52,6 +52,7 @@ class ListenServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.stderr_path = tmp / "serve-stderr.log"
+        self.secret = ""  # a control token's, when the fixture made one
 
     def start(self, timeout: float = 60) -> ListenServer:
         argv = [sys.executable, "-m", "control_plane.cli", "--db", str(self.db), "serve"]
