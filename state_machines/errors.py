@@ -14,6 +14,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── StaleEpoch             a write carrying an outdated fencing epoch
     ├── OwnedElsewhere         another live process runs the session
     ├── LimitExceeded          a configured limit refused the request
+    ├── TokenNotFound          no active access token by that name (acpctl tokens revoke)
     ├── BudgetExceeded         a token or cost budget stopped the session (or its tree, batch)
     ├── AgentStartFailed       the agent process could not be started or initialized
     ├── AgentProtocolError     the agent broke the protocol (garbage, oversized frame, ...)
@@ -30,6 +31,9 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)
     ├── BridgeRefused          a subagent tool request refused (control_plane/subagents/rules.py)
     ├── MetricsAddressError    a --metrics value that is not HOST:PORT (control_plane/metrics.py)
+    ├── ListenRefused          bad or unsafe --listen options (control_plane/remote/run.py)
+    ├── OutboxOverflow         a client stopped reading: cut off (control_plane/remote/outbox.py)
+    ├── AttachRefused          the server refused attach's token or session (remote/attach.py)
     └── TranscriptFormatError  a transcript line that is not v1-v3 (protocol/transcript/reader.py)
 
 Every exception class in the product is in this tree except ``store.faults.InjectedFault``,

@@ -23,7 +23,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from acp.http.protocol import CONNECTION_ID_HEADER, SESSION_ID_HEADER
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
@@ -34,6 +36,7 @@ from control_plane.remote.auth import chosen_subprotocol, presented_secret
 from control_plane.remote.connection import RemoteConnection
 from control_plane.remote.hub import Hub
 from control_plane.remote.outbox import Outbox, OutboxOverflow
+from control_plane.remote.telemetry import CONNECTIONS, FORBIDDEN, AccessLog
 from protocol.face.input_guard import parse_frame
 from state_machines import SessionNotFound
 from store.tokens import TokenRecord
@@ -62,17 +65,26 @@ def _token(hub: Hub, headers: Any, cookies: Any) -> tuple[TokenRecord, str] | No
     return None if token is None else (token, secret)
 
 
+def _note(scope_holder: Request | WebSocket, token: TokenRecord, conn_id: str | None) -> None:
+    """For the access log: who (the token's name) and which connection."""
+    scope_holder.scope.setdefault("state", {})["token_name"] = token.name
+    if conn_id is not None:
+        scope_holder.scope["state"]["connection_id"] = conn_id
+
+
 # -- Streamable HTTP -----------------------------------------------------------------------
 
 
 async def acp_http(request: Request) -> Response:
     hub: Hub = request.app.state.hub
-    if hub.draining:
+    if hub.draining and request.headers.get(CONNECTION_ID_HEADER) not in hub.connections:
+        # New connections only: attached clients still see their turns end, and answer.
         return _error(503, "the server is shutting down")
     found = _token(hub, request.headers, request.cookies)
     if found is None:
         return _unauthorized()
     token, secret = found
+    _note(request, token, request.headers.get(CONNECTION_ID_HEADER))
     if request.method == "POST":
         return await _post(hub, request, token, secret)
     accept = request.headers.get("accept", "")
@@ -129,11 +141,14 @@ async def _post(hub: Hub, request: Request, token: TokenRecord, secret: str) -> 
         except TimeoutError:
             await hub.close(conn, "initialize timed out")
             return _error(504, "initialize timed out")
+        _note(request, token, conn.id)
         return JSONResponse(answer, headers={CONNECTION_ID_HEADER: conn.id})
     conn_or_error = _connection(hub, request, token)
     if isinstance(conn_or_error, Response):
         return conn_or_error
     denied = await conn_or_error.deliver(message)
+    if denied is not None:
+        FORBIDDEN.inc()
     if denied is not None and "id" in message:
         # Answered like any request, on its stream: a 403 would end the whole transport
         # in the TypeScript SDK's client, for one request a watch-only token may not send.
@@ -156,6 +171,7 @@ async def _stream(hub: Hub, request: Request, conn: RemoteConnection) -> Respons
     if session_id in conn.streaming:
         return _error(409, "that stream is being read already")
     hub.stream_opened(conn, session_id)
+    CONNECTIONS.labels("sse").inc()
     return StreamingResponse(
         _sse(hub, conn, box, session_id),
         media_type="text/event-stream",
@@ -182,6 +198,7 @@ async def _sse(
             yield b"".join(b"data: " + frame + b"\n\n" for frame in frames)
             box.sent()
     finally:
+        CONNECTIONS.labels("sse").dec()
         hub.stream_ended(conn, key)
 
 
@@ -199,6 +216,8 @@ async def acp_websocket(ws: WebSocket) -> None:
         return
     token, secret = found
     conn = hub.open(token, secret, multiplex=True)
+    _note(ws, token, conn.id)
+    CONNECTIONS.labels("websocket").inc()
     await ws.accept(
         subprotocol=chosen_subprotocol(ws.headers),
         headers=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())],
@@ -217,6 +236,7 @@ async def acp_websocket(ws: WebSocket) -> None:
         for task in (writing, reading):
             if task.done() and not task.cancelled() and task.exception() is not None:
                 reason = str(task.exception())
+        CONNECTIONS.labels("websocket").dec()
         await hub.close(conn, reason or "the client disconnected")
         with contextlib.suppress(Exception):
             await ws.close(WS_POLICY if reason else 1000, (reason or "")[:120])
@@ -240,6 +260,8 @@ async def _ws_inbound(hub: Hub, ws: WebSocket, conn: RemoteConnection) -> None:
             conn.send_error(problem)
             continue
         denied = await conn.deliver(message)
+        if denied is not None:
+            FORBIDDEN.inc()
         if denied is not None and "id" in message:
             conn.send_error(denied.response)
 
@@ -275,6 +297,14 @@ async def readyz(request: Request) -> Response:
     return PlainTextResponse("ready")
 
 
+async def metrics(request: Request) -> Response:
+    """Prometheus text format, for any valid token (a scraper's ``authorization``)."""
+    hub: Hub = request.app.state.hub
+    if _token(hub, request.headers, request.cookies) is None:
+        return _unauthorized()
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
 def build_app(hub: Hub) -> Starlette:
     app = Starlette(
         routes=[
@@ -282,7 +312,9 @@ def build_app(hub: Hub) -> Starlette:
             WebSocketRoute("/acp", acp_websocket),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-        ]
+            Route("/metrics", metrics),
+        ],
+        middleware=[Middleware(AccessLog)],
     )
     app.state.hub = hub
     return app

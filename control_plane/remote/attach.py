@@ -21,10 +21,12 @@ from typing import Any, TextIO
 import websockets
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
+from state_machines import ControlPlaneError
+
 RECONNECT_ERRORS = (OSError, websockets.ConnectionClosed, websockets.InvalidHandshake)
 
 
-class AttachRefused(Exception):
+class AttachRefused(ControlPlaneError):
     """The server refused the token or the session: reconnecting would not help."""
 
 

@@ -27,6 +27,7 @@ from acp.agent.connection import AgentSideConnection
 from control_plane.remote.access import Denied, check_access
 from control_plane.remote.agent import RemoteServeAgent
 from control_plane.remote.outbox import Outbox
+from control_plane.remote.telemetry import CUT_OFF
 from store.tokens import TokenAccess, TokenRecord
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class RemoteConnection:
     def _check_overflow(self, box: Outbox) -> None:
         if box.overflowed and self.closed_reason is None:
             log.warning("connection %s cut off: %s", self.id, box.closed_reason)
+            CUT_OFF.inc()
             self.hub.close_soon(self, box.closed_reason or "send buffer full")
 
     # -- the SDK's messages ------------------------------------------------------------------

@@ -19,13 +19,14 @@ from collections import deque
 from typing import Any
 
 from protocol import json_codec
+from state_machines import ControlPlaneError
 
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 STALL_S = 1.0
 HARD_FACTOR = 4
 
 
-class OutboxOverflow(Exception):
+class OutboxOverflow(ControlPlaneError):
     """The client stopped reading: its backlog passed the bound."""
 
 

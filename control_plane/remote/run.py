@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
+from prometheus_client import REGISTRY
 
 from control_plane.api import ControlPlane
 from control_plane.config import Config
-from control_plane.metrics import MetricsServer
+from control_plane.metrics import LevelsCollector, MetricsServer
 from control_plane.remote.app import build_app
 from control_plane.remote.hub import Hub, Limits
 from control_plane.remote.permissions import PermissionRouter
@@ -87,7 +88,13 @@ async def serve_listen(
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
     permissions.bind(cp)
     hub = Hub(cp, agent, config.queue_mode.value, permissions, options.limits)
+    # /metrics on the listening port (token required), and on --metrics too if asked: both
+    # read the default registry, where the runtime's levels are registered once.
     metrics = None if metrics_at is None else MetricsServer(cp, *metrics_at)
+    levels = None
+    if metrics is None:
+        levels = LevelsCollector(cp)
+        REGISTRY.register(levels)
     server = _Server(
         uvicorn.Config(
             build_app(hub),
@@ -96,6 +103,8 @@ async def serve_listen(
             ssl_certfile=None if options.cert is None else str(options.cert),
             ssl_keyfile=None if options.key is None else str(options.key),
             ws_max_size=options.limits.max_frame_bytes + 1024,
+            # Compression costs both ends CPU per frame (zlib) for small JSON frames: off.
+            ws_per_message_deflate=False,
             lifespan="off",
             log_config=None,
             timeout_graceful_shutdown=1,
@@ -137,6 +146,8 @@ async def serve_listen(
             loop.remove_signal_handler(sig)
         if metrics is not None:
             metrics.close()
+        if levels is not None:
+            REGISTRY.unregister(levels)
         await asyncio.to_thread(cp.close)
         if backend is not None:
             await asyncio.to_thread(backend.close)

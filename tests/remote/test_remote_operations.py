@@ -24,6 +24,29 @@ async def test_healthz_and_readyz_answer_without_a_token(server: ListenServer) -
         assert ready.status_code == 200 and ready.text == "ready"
 
 
+async def test_metrics_need_a_token_and_the_access_log_names_the_token_not_its_secret(
+    server: ListenServer, tmp_path: Path
+) -> None:
+    base = server.url.removesuffix("/acp")
+    async with ws_client(server.ws_url, server.secret) as client:
+        await client.initialize()
+        sid = await client.new_session(str(tmp_path))
+        await client.prompt(sid, "counted")
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(base + "/metrics")).status_code == 401
+        scraped = await http.get(
+            base + "/metrics", headers={"Authorization": f"Bearer {server.secret}"}
+        )
+        assert scraped.status_code == 200
+        assert "acpctl_remote_refused_total" in scraped.text
+        assert 'acpctl_remote_refused_total{status="401"} 1.0' in scraped.text
+        assert "acpctl_turns_total" in scraped.text or "acpctl_live_sessions" in scraped.text
+    log = server.stderr()
+    assert "acpctl.access" in log and "GET /metrics 401" in log
+    assert "WS /acp 101" in log and "token=tests" in log
+    assert server.secret not in log
+
+
 async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path) -> None:
     server = ListenServer(tmp_path, "--grace", "30")
     secret = make_token(server.db, "tests")

@@ -89,6 +89,7 @@ PINNED_CONTROL_PLANE = [
     *("settings", "store_fault", "store_path", "watch_session", "usage", "budget_stop"),
     "apply_budget",
     "levels",
+    "token_by_digest",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.

@@ -1,0 +1,426 @@
+"""What the network front end costs: ``acpctl serve --listen`` over WebSocket against
+``acpctl serve`` on stdio, and what it holds up under many connections.
+
+What is measured
+----------------
+(a) *Per turn*: one ``#chunks=N`` turn (default 100) of a stamp agent (``bench/
+stamp_agent.py``: standard library, each chunk carries the wall-clock time at which the
+agent wrote it), through serve on stdio and through serve --listen over WebSocket on
+127.0.0.1, the same SDK client on both (its stdio transport, its WebSocket transport).
+Each side is one serve process with its own store and one session, given ``--warmup``
+untimed turns, then the sides alternate turn by turn. Reported: the median ms per turn of
+each side, the ratio of medians (WebSocket / stdio; the issue's target is at most 1.1x) and
+the median of the paired per-round ratios; and per side the p50 and p99 of each update's
+added latency (the agent's write to the client's read, both on this machine's clock). A
+direct SDK client of the stamp agent is the third column, for scale.
+
+(b) *Many connections*: ``--connections`` WebSocket connections (default 200) on
+``--sessions`` sessions (default 20): per session one connection prompts, the others watch.
+``--rounds`` rounds of one ``#chunks=N`` turn on every session at once. Every connection
+checks that it got every update of every turn once and in order (by event position);
+reported: updates delivered, wall time, p50/p99 added latency over all of them.
+
+(c) *Idle connections*: the server's resident memory before and after opening
+``--connections`` initialized, idle WebSocket connections; reported per connection.
+
+Run from the repository root::
+
+    python bench/remote_overhead.py                  # ~1-2 minutes
+    python bench/remote_overhead.py --turns 40 --connections 100 --json > remote.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+import websockets  # noqa: E402
+from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
+from acp.client.connection import ClientSideConnection  # noqa: E402
+from acp.schema import ClientCapabilities  # noqa: E402
+from acp.ws import create_websocket_stream  # noqa: E402
+
+from bench._common import (  # noqa: E402
+    add_turn_arguments,
+    machine_info,
+    positive_int,
+    print_turn_table,
+    progress,
+    turn_sides,
+)
+from control_plane.tokens import create_token  # noqa: E402
+from store import Store  # noqa: E402
+
+STAMP_AGENT = f"{sys.executable} -I -S {os.path.join(_REPO_ROOT, 'bench', 'stamp_agent.py')}"
+STAMP = re.compile(r"t=(\d+)")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def child_env(workdir: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    config = os.path.join(workdir, "empty-config.toml")
+    Path(config).touch()
+    env["ACPCTL_CONFIG"] = config
+    env["PYTHONPATH"] = _REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- clients ---------------------------------------------------------------------------------
+
+
+class SdkSide:
+    """The SDK's client, on a subprocess that speaks ACP on stdio (serve, or the agent), or
+    on serve --listen through the SDK's own WebSocket transport: the same client code on
+    every side, so only the server side differs."""
+
+    def __init__(self) -> None:
+        self.stamps: list[int] = []
+        self.latencies_ms: list[float] = []
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        received = time.time_ns()
+        text = getattr(getattr(update, "content", None), "text", "") or ""
+        found = STAMP.match(text)
+        if found:
+            self.stamps.append(int(found.group(1)))
+            self.latencies_ms.append((received - int(found.group(1))) / 1e6)
+
+    async def start(self, stack: AsyncExitStack, argv: list[str], workdir: str) -> None:
+        conn, _process = await stack.enter_async_context(
+            spawn_agent_process(
+                self,  # type: ignore[arg-type]  # duck-typed client
+                argv[0],
+                *argv[1:],
+                env=child_env(workdir),
+                cwd=workdir,
+                transport_kwargs={"stderr": subprocess.DEVNULL, "shutdown_timeout": 5.0},
+            )
+        )
+        await self._ready(conn, workdir)
+
+    async def start_ws(self, url: str, secret: str, workdir: str) -> None:
+        transport = await create_websocket_stream(
+            url, headers={"Authorization": f"Bearer {secret}"}
+        )
+        self.transport = transport
+        conn = ClientSideConnection(self, transport)  # type: ignore[arg-type]  # duck-typed
+        await self._ready(conn, workdir)
+
+    async def _ready(self, conn: ClientSideConnection, workdir: str) -> None:
+        await conn.initialize(
+            protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+        )
+        self.conn = conn
+        self.session_id = (await conn.new_session(cwd=workdir, mcp_servers=[])).session_id
+
+    async def turn(self, chunks: int) -> None:
+        before = len(self.stamps)
+        await self.conn.prompt(session_id=self.session_id, prompt=[text_block(f"#chunks={chunks}")])
+        if len(self.stamps) - before != chunks:
+            raise RuntimeError(f"expected {chunks} chunks, got {len(self.stamps) - before}")
+
+
+class WsSide:
+    """A WebSocket client of serve --listen, checking positions as it goes."""
+
+    def __init__(self, url: str, secret: str) -> None:
+        self.url = url
+        self.secret = secret
+        self.latencies_ms: list[float] = []
+        self.chunks = 0
+        self.last_position = 0
+        self.out_of_order = 0
+        self._ids = 0
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+
+    async def connect(self) -> None:
+        headers = {"Authorization": f"Bearer {self.secret}"}
+        self.ws = await websockets.connect(self.url, additional_headers=headers, max_size=None)
+        self._reader = asyncio.create_task(self._read())
+        await self.request("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+
+    async def _read(self) -> None:
+        async for frame in self.ws:
+            received = time.time_ns()
+            message = json.loads(frame)
+            if "method" not in message:
+                self._waiting.pop(message["id"]).set_result(message)
+                continue
+            params = message.get("params", {})
+            update = params.get("update", {})
+            found = STAMP.match(update.get("content", {}).get("text", ""))
+            if not found:
+                continue
+            position = params["_meta"]["acpctl"]["position"]
+            if position <= self.last_position:
+                self.out_of_order += 1
+            self.last_position = position
+            self.chunks += 1
+            self.latencies_ms.append((received - int(found.group(1))) / 1e6)
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        self._ids += 1
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting[self._ids] = waiter
+        await self.ws.send(
+            json.dumps({"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params})
+        )
+        answer = await waiter
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer["result"]
+
+    async def new_session(self, cwd: str) -> str:
+        self.session_id = (await self.request("session/new", {"cwd": cwd, "mcpServers": []}))[
+            "sessionId"
+        ]
+        return str(self.session_id)
+
+    async def load(self, session_id: str, cwd: str) -> None:
+        self.session_id = session_id
+        answer = await self.request(
+            "session/load", {"sessionId": session_id, "cwd": cwd, "mcpServers": []}
+        )
+        self.last_position = answer["_meta"]["acpctl"]["position"]
+
+    async def turn(self, chunks: int) -> None:
+        before = self.chunks
+        prompt = [{"type": "text", "text": f"#chunks={chunks}"}]
+        await self.request("session/prompt", {"sessionId": self.session_id, "prompt": prompt})
+        if self.chunks - before != chunks:
+            raise RuntimeError(f"expected {chunks} chunks, got {self.chunks - before}")
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+
+class ListenServer:
+    def __init__(self, workdir: str, *extra: str) -> None:
+        self.workdir = workdir
+        db = os.path.join(workdir, "cp.db")
+        store = Store.open(db)
+        try:
+            self.secret = create_token(store, "bench")[1]
+        finally:
+            store.close()
+        argv = [sys.executable, "-m", "control_plane.cli", "--db", db, "serve"]
+        argv += ["--listen", "127.0.0.1:0", "--agent", STAMP_AGENT, *extra]
+        self.log = open(os.path.join(workdir, "listen.stderr.log"), "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+            env=child_env(workdir),
+            cwd=workdir,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = Path(workdir, "listen.stderr.log").read_text(errors="replace")
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/acp", text)
+            if found:
+                self.url = f"ws://127.0.0.1:{found.group(1)}/acp"
+                return
+            time.sleep(0.05)
+        raise RuntimeError("serve --listen did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.log.close()
+
+
+# -- (a) per turn ----------------------------------------------------------------------------
+
+
+async def per_turn(args: argparse.Namespace, root: str) -> dict[str, Any]:
+    workdirs = {name: os.path.join(root, name) for name in ("stdio", "ws", "direct")}
+    for path in workdirs.values():
+        os.makedirs(path)
+    server = ListenServer(workdirs["ws"])
+    try:
+        async with AsyncExitStack() as stack:
+            stdio = SdkSide()
+            serve_argv = [sys.executable, "-m", "control_plane.cli", "--db"]
+            serve_argv += [
+                os.path.join(workdirs["stdio"], "cp.db"),
+                "serve",
+                "--agent",
+                STAMP_AGENT,
+            ]
+            await stdio.start(stack, serve_argv, workdirs["stdio"])
+            direct = SdkSide()
+            await direct.start(stack, STAMP_AGENT.split(), workdirs["direct"])
+            ws = SdkSide()
+            await ws.start_ws(server.url, server.secret, workdirs["ws"])
+            sides: dict[str, Any] = {"ws": ws, "stdio": stdio, "direct": direct}
+            for _ in range(args.warmup):
+                for side in sides.values():
+                    await side.turn(args.chunks)
+            for side in sides.values():
+                side.latencies_ms.clear()
+            times: dict[str, list[float]] = {name: [] for name in sides}
+            for round_ in range(args.turns):
+                order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+                for name in order:
+                    started = time.perf_counter()
+                    await sides[name].turn(args.chunks)
+                    times[name].append((time.perf_counter() - started) * 1000)
+            await ws.transport.close()
+    finally:
+        server.stop()
+    labels = {
+        "ws": "serve --listen (WebSocket)",
+        "stdio": "serve (stdio)",
+        "direct": "agent direct (stdio)",
+    }
+    table = turn_sides(times, labels, "stdio")
+    for name, side in sides.items():
+        table[name]["latency_p50_ms"] = percentile(side.latencies_ms, 0.50)
+        table[name]["latency_p99_ms"] = percentile(side.latencies_ms, 0.99)
+    return table
+
+
+# -- (b) and (c) -----------------------------------------------------------------------------
+
+
+async def many_connections(args: argparse.Namespace, root: str) -> dict[str, Any]:
+    workdir = os.path.join(root, "many")
+    os.makedirs(workdir)
+    server = ListenServer(workdir)
+    try:
+        per_session = max(1, args.connections // args.sessions)
+        prompters: list[WsSide] = []
+        everyone: list[WsSide] = []
+        for _ in range(args.sessions):
+            prompter = WsSide(server.url, server.secret)
+            await prompter.connect()
+            session_id = await prompter.new_session(workdir)
+            prompters.append(prompter)
+            everyone.append(prompter)
+            watchers = [WsSide(server.url, server.secret) for _ in range(per_session - 1)]
+            await asyncio.gather(*(w.connect() for w in watchers))
+            await asyncio.gather(*(w.load(session_id, workdir) for w in watchers))
+            everyone += watchers
+        progress(f"{len(everyone)} connections on {args.sessions} sessions")
+        started = time.perf_counter()
+        for _ in range(args.rounds):
+            await asyncio.gather(*(p.turn(args.chunks) for p in prompters))
+        # The watchers' last updates may still be on the wire when the prompters' answers land.
+        expected = args.rounds * args.chunks
+        deadline = time.monotonic() + 60
+        while any(c.chunks < expected for c in everyone) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        wall_s = time.perf_counter() - started
+        latencies = [ms for c in everyone for ms in c.latencies_ms]
+        result = {
+            "connections": len(everyone),
+            "sessions": args.sessions,
+            "updates_expected": expected * len(everyone),
+            "updates_delivered": sum(c.chunks for c in everyone),
+            "out_of_order_or_repeated": sum(c.out_of_order for c in everyone),
+            "wall_s": wall_s,
+            "latency_p50_ms": percentile(latencies, 0.50),
+            "latency_p99_ms": percentile(latencies, 0.99),
+        }
+        await asyncio.gather(*(c.close() for c in everyone))
+    finally:
+        server.stop()
+    return result
+
+
+async def idle_memory(args: argparse.Namespace, root: str) -> dict[str, Any]:
+    workdir = os.path.join(root, "idle")
+    os.makedirs(workdir)
+    server = ListenServer(workdir)
+    try:
+        await asyncio.sleep(1)
+        before = rss_mb(server.proc.pid)
+        clients = [WsSide(server.url, server.secret) for _ in range(args.connections)]
+        for chunk in range(0, len(clients), 50):
+            await asyncio.gather(*(c.connect() for c in clients[chunk : chunk + 50]))
+        await asyncio.sleep(1)
+        after = rss_mb(server.proc.pid)
+        await asyncio.gather(*(c.close() for c in clients))
+    finally:
+        server.stop()
+    return {
+        "connections": args.connections,
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+        "kib_per_idle_connection": (after - before) * 1024 / args.connections,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_turn_arguments(parser, turns=30, warmup=3, chunks=100)
+    parser.add_argument("--connections", type=positive_int, default=200)
+    parser.add_argument("--sessions", type=positive_int, default=20)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="remote-bench-") as root:
+        progress("(a) per turn: WebSocket vs stdio serve")
+        turns = asyncio.run(per_turn(args, root))
+        progress("(b) many connections")
+        many = asyncio.run(many_connections(args, root))
+        progress("(c) idle connections")
+        idle = asyncio.run(idle_memory(args, root))
+    report = {"machine": machine_info(), "per_turn": turns, "many": many, "idle": idle}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(f"(a) one #chunks={args.chunks} turn, {args.turns} rounds, interleaved")
+    print_turn_table(turns, "stdio")
+    print()
+    print(f"{'added latency per update':<30}{'p50 ms':>10}{'p99 ms':>10}")
+    for entry in turns.values():
+        print(
+            f"{entry['label']:<30}{entry['latency_p50_ms']:>10.2f}{entry['latency_p99_ms']:>10.2f}"
+        )
+    print()
+    print(
+        f"(b) {many['connections']} connections on {many['sessions']} sessions, {args.rounds} "
+        f"rounds of #chunks={args.chunks}: {many['updates_delivered']} of "
+        f"{many['updates_expected']} updates delivered, {many['out_of_order_or_repeated']} out "
+        f"of order or repeated, {many['wall_s']:.1f} s; added latency p50 "
+        f"{many['latency_p50_ms']:.1f} ms, p99 {many['latency_p99_ms']:.1f} ms"
+    )
+    print(
+        f"(c) {idle['connections']} idle connections: {idle['kib_per_idle_connection']:.0f} KiB "
+        f"each (server RSS {idle['rss_before_mb']:.0f} -> {idle['rss_after_mb']:.0f} MB)"
+    )
+
+
+if __name__ == "__main__":
+    main()
