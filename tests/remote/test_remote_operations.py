@@ -4,12 +4,14 @@ finish, and refusing to listen beyond loopback in clear text."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 
 from tests.support.remote_client import ListenServer, make_token, ws_client
 
@@ -111,3 +113,33 @@ def test_listening_beyond_loopback_without_tls_is_refused(tmp_path: Path) -> Non
         timeout=60,
     )
     assert half.returncode == 2 and "--cert and --key go together" in half.stderr
+
+
+async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
+    server = ListenServer(
+        tmp_path, "--cert", str(tmp_path / "cert.pem"), "--key", str(tmp_path / "key.pem")
+    )
+    secret = make_token(server.db, "tests")
+    server.start()
+    try:
+        assert "listening on https://" in server.stderr()
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        url = f"wss://127.0.0.1:{server.port}/acp"
+        async with ws_client(url, secret, ssl=context) as client:
+            await client.initialize()
+            sid = await client.new_session(str(tmp_path))
+            assert (await client.prompt(sid, "over tls"))["stopReason"] == "end_turn"
+        # Plain text to the TLS port gets nowhere; an untrusted client refuses the server.
+        async with httpx.AsyncClient() as http:
+            with pytest.raises(httpx.HTTPError):
+                await http.get(f"http://127.0.0.1:{server.port}/healthz")
+        with pytest.raises(ssl.SSLError):
+            async with ws_client(url, secret, ssl=ssl.create_default_context()):
+                pass
+    finally:
+        server.stop()

@@ -65,7 +65,7 @@ class ListenServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.stderr_path.read_bytes()[start_at:].decode(errors="replace")
-            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/acp", text)
+            found = re.search(r"listening on https?://127\.0\.0\.1:(\d+)/acp", text)
             if found:
                 self.port = int(found.group(1))  # a restart keeps the port
                 return self
