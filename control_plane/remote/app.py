@@ -17,10 +17,8 @@ an oversize body, 503 while draining."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from acp.http.protocol import CONNECTION_ID_HEADER, SESSION_ID_HEADER
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -28,15 +26,23 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.routing import Route
 
 from control_plane.remote.access import may_see
-from control_plane.remote.auth import chosen_subprotocol, presented_secret
+from control_plane.remote.auth import error_response, token_of, unauthorized
 from control_plane.remote.connection import RemoteConnection
 from control_plane.remote.hub import Hub
 from control_plane.remote.outbox import Outbox, OutboxOverflow
-from control_plane.remote.telemetry import CONNECTIONS, FORBIDDEN, AccessLog
+from control_plane.remote.telemetry import (
+    CONNECTIONS,
+    FORBIDDEN,
+    AccessLog,
+    App,
+    Receive,
+    Scope,
+    Send,
+)
+from control_plane.remote.ws import serve_websocket
 from protocol.face.input_guard import parse_frame
 from state_machines import SessionNotFound
 from store.tokens import TokenRecord
@@ -44,28 +50,9 @@ from store.tokens import TokenRecord
 log = logging.getLogger("acpctl.remote")
 
 SSE_KEEPALIVE_S = 15.0
-WS_POLICY = 1008  # a close code: the client broke a rule (did not read; token revoked)
 
 
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
-
-
-def _unauthorized() -> JSONResponse:
-    return _error(
-        401, "a valid access token is required", **{"WWW-Authenticate": 'Bearer realm="acpctl"'}
-    )
-
-
-def _token(hub: Hub, headers: Any, cookies: Any) -> tuple[TokenRecord, str] | None:
-    secret = presented_secret(headers, cookies)
-    if secret is None:
-        return None
-    token = hub.tokens(secret)
-    return None if token is None else (token, secret)
-
-
-def _note(scope_holder: Request | WebSocket, token: TokenRecord, conn_id: str | None) -> None:
+def _note(scope_holder: Request, token: TokenRecord, conn_id: str | None) -> None:
     """For the access log: who (the token's name) and which connection."""
     scope_holder.scope.setdefault("state", {})["token_name"] = token.name
     if conn_id is not None:
@@ -79,17 +66,17 @@ async def acp_http(request: Request) -> Response:
     hub: Hub = request.app.state.hub
     if hub.draining and request.headers.get(CONNECTION_ID_HEADER) not in hub.connections:
         # New connections only: attached clients still see their turns end, and answer.
-        return _error(503, "the server is shutting down")
-    found = _token(hub, request.headers, request.cookies)
+        return error_response(503, "the server is shutting down")
+    found = token_of(hub, request.headers, request.cookies)
     if found is None:
-        return _unauthorized()
+        return unauthorized()
     token, secret = found
     _note(request, token, request.headers.get(CONNECTION_ID_HEADER))
     if request.method == "POST":
         return await _post(hub, request, token, secret)
     accept = request.headers.get("accept", "")
     if request.method == "GET" and "text/event-stream" not in accept and "*/*" not in accept:
-        return _error(406, "Accept must include text/event-stream")
+        return error_response(406, "Accept must include text/event-stream")
     conn_or_error = _connection(hub, request, token)
     if isinstance(conn_or_error, Response):
         return conn_or_error
@@ -103,12 +90,14 @@ async def acp_http(request: Request) -> Response:
 def _connection(hub: Hub, request: Request, token: TokenRecord) -> RemoteConnection | Response:
     conn_id = request.headers.get(CONNECTION_ID_HEADER)
     if not conn_id:
-        return _error(400, f"the {CONNECTION_ID_HEADER} header is missing")
+        return error_response(400, f"the {CONNECTION_ID_HEADER} header is missing")
     conn = hub.connections.get(conn_id)
     if conn is None:
-        return _error(404, "unknown connection id (ended, or never opened): initialize again")
+        return error_response(
+            404, "unknown connection id (ended, or never opened): initialize again"
+        )
     if conn.token.id != token.id:
-        return _error(403, "the connection belongs to another token")
+        return error_response(403, "the connection belongs to another token")
     return conn
 
 
@@ -127,10 +116,10 @@ async def _body(request: Request, limit: int) -> bytes | None:
 async def _post(hub: Hub, request: Request, token: TokenRecord, secret: str) -> Response:
     content_type = request.headers.get("content-type", "")
     if not content_type.lower().startswith("application/json"):
-        return _error(415, "Content-Type must be application/json")
+        return error_response(415, "Content-Type must be application/json")
     body = await _body(request, hub.limits.max_frame_bytes)
     if body is None:
-        return _error(413, f"a message may be at most {hub.limits.max_frame_bytes} bytes")
+        return error_response(413, f"a message may be at most {hub.limits.max_frame_bytes} bytes")
     message, problem = parse_frame(body, hub.limits.max_frame_bytes)
     if message is None:
         return JSONResponse(problem, status_code=400)
@@ -140,7 +129,7 @@ async def _post(hub: Hub, request: Request, token: TokenRecord, secret: str) -> 
             answer = await conn.request(message)
         except TimeoutError:
             await hub.close(conn, "initialize timed out")
-            return _error(504, "initialize timed out")
+            return error_response(504, "initialize timed out")
         _note(request, token, conn.id)
         return JSONResponse(answer, headers={CONNECTION_ID_HEADER: conn.id})
     conn_or_error = _connection(hub, request, token)
@@ -162,14 +151,14 @@ async def _stream(hub: Hub, request: Request, conn: RemoteConnection) -> Respons
         try:
             session = await asyncio.to_thread(hub.cp.get, session_id)
         except SessionNotFound:
-            return _error(404, f"no session {session_id!r}")
+            return error_response(404, f"no session {session_id!r}")
         if not may_see(conn.token.id, conn.token.sessions, session.metadata):
-            return _error(403, "the token may only use the sessions it created")
+            return error_response(403, "the token may only use the sessions it created")
         box = conn.session_box(session_id)
     else:
         box = conn.main
     if session_id in conn.streaming:
-        return _error(409, "that stream is being read already")
+        return error_response(409, "that stream is being read already")
     hub.stream_opened(conn, session_id)
     CONNECTIONS.labels("sse").inc()
     return StreamingResponse(
@@ -202,84 +191,6 @@ async def _sse(
         hub.stream_ended(conn, key)
 
 
-# -- WebSocket -----------------------------------------------------------------------------
-
-
-async def acp_websocket(ws: WebSocket) -> None:
-    hub: Hub = ws.app.state.hub
-    if hub.draining:
-        await ws.send_denial_response(_error(503, "the server is shutting down"))
-        return
-    found = _token(hub, ws.headers, ws.cookies)
-    if found is None:
-        await ws.send_denial_response(_unauthorized())
-        return
-    token, secret = found
-    conn = hub.open(token, secret, multiplex=True)
-    _note(ws, token, conn.id)
-    CONNECTIONS.labels("websocket").inc()
-    await ws.accept(
-        subprotocol=chosen_subprotocol(ws.headers),
-        headers=[(CONNECTION_ID_HEADER.lower().encode(), conn.id.encode())],
-    )
-    reading = asyncio.create_task(_ws_inbound(hub, ws, conn))
-    writing = asyncio.create_task(_ws_outbound(ws, conn))
-    try:
-        await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (reading, writing):
-            task.cancel()
-        for task in (reading, writing):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        reason = None
-        for task in (writing, reading):
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                reason = str(task.exception())
-        CONNECTIONS.labels("websocket").dec()
-        await hub.close(conn, reason or "the client disconnected")
-        with contextlib.suppress(Exception):
-            await ws.close(WS_POLICY if reason else 1000, (reason or "")[:120])
-
-
-async def _ws_inbound(hub: Hub, ws: WebSocket, conn: RemoteConnection) -> None:
-    limit = hub.limits.max_frame_bytes
-    while True:
-        try:
-            received = await ws.receive()
-        except WebSocketDisconnect:
-            return
-        if received["type"] == "websocket.disconnect":
-            return
-        if hub.tokens(conn.secret) is None:
-            raise PermissionError("the token was revoked")
-        text, data = received.get("text"), received.get("bytes")
-        raw = text.encode() if text is not None else data or b""
-        message, problem = parse_frame(raw, limit)
-        if message is None:
-            conn.send_error(problem)
-            continue
-        denied = await conn.deliver(message)
-        if denied is not None:
-            FORBIDDEN.inc()
-        if denied is not None and "id" in message:
-            conn.send_error(denied.response)
-
-
-async def _ws_outbound(ws: WebSocket, conn: RemoteConnection) -> None:
-    while True:
-        try:
-            frames = await conn.main.take()
-        except OutboxOverflow as exc:
-            raise ConnectionAbortedError(str(exc)) from None
-        if not frames:
-            return
-        conn.main.sending()
-        for frame in frames:
-            await ws.send_text(frame.decode())
-        conn.main.sent()
-
-
 # -- operations ----------------------------------------------------------------------------
 
 
@@ -300,16 +211,18 @@ async def readyz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     """Prometheus text format, for any valid token (a scraper's ``authorization``)."""
     hub: Hub = request.app.state.hub
-    if _token(hub, request.headers, request.cookies) is None:
-        return _unauthorized()
+    if token_of(hub, request.headers, request.cookies) is None:
+        return unauthorized()
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-def build_app(hub: Hub) -> Starlette:
+def build_app(hub: Hub) -> App:
+    """The ASGI application: WebSockets on ``/acp`` straight to their handler (a frame's
+    send then crosses no middleware: 100 updates are 100 sends), the rest through Starlette
+    and the access log."""
     app = Starlette(
         routes=[
             Route("/acp", acp_http, methods=["GET", "POST", "DELETE"]),
-            WebSocketRoute("/acp", acp_websocket),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
@@ -317,4 +230,11 @@ def build_app(hub: Hub) -> Starlette:
         middleware=[Middleware(AccessLog)],
     )
     app.state.hub = hub
-    return app
+
+    async def application(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope.get("path") == "/acp":
+            await serve_websocket(hub, scope, receive, send)
+        else:
+            await app(scope, receive, send)
+
+    return application

@@ -6,6 +6,14 @@ a query parameter: URLs end up in access logs and browser history."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import JSONResponse
+
+from store.tokens import TokenRecord
+
+if TYPE_CHECKING:
+    from control_plane.remote.hub import Hub
 
 COOKIE = "acpctl_token"
 SUBPROTOCOL_PREFIX = "acpctl.bearer."
@@ -37,3 +45,21 @@ def chosen_subprotocol(headers: Mapping[str, str]) -> str | None:
     if ACP_SUBPROTOCOL in offered:
         return ACP_SUBPROTOCOL
     return offered[0] if offered else None
+
+
+def error_response(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers or None)
+
+
+def unauthorized() -> JSONResponse:
+    return error_response(
+        401, "a valid access token is required", **{"WWW-Authenticate": 'Bearer realm="acpctl"'}
+    )
+
+
+def token_of(hub: Hub, headers: Any, cookies: Any) -> tuple[TokenRecord, str] | None:
+    secret = presented_secret(headers, cookies)
+    if secret is None:
+        return None
+    token = hub.tokens(secret)
+    return None if token is None else (token, secret)

@@ -26,6 +26,7 @@ from control_plane.metrics import LevelsCollector, MetricsServer
 from control_plane.remote.app import build_app
 from control_plane.remote.hub import Hub, Limits
 from control_plane.remote.permissions import PermissionRouter
+from control_plane.remote.ws_protocol import FramesWebSocketProtocol
 from protocol.agent.prestart import PrestartPool
 from state_machines import ControlPlaneError
 from store import AgentSpec
@@ -105,6 +106,7 @@ async def serve_listen(
             ws_max_size=options.limits.max_frame_bytes + 1024,
             # Compression costs both ends CPU per frame (zlib) for small JSON frames: off.
             ws_per_message_deflate=False,
+            ws=FramesWebSocketProtocol,  # uvicorn's, plus one write per burst of frames
             lifespan="off",
             log_config=None,
             timeout_graceful_shutdown=1,
