@@ -191,3 +191,42 @@ async def test_a_client_that_does_not_read_is_cut_off_and_others_are_unaffected(
             slow.close()
     finally:
         server.stop()
+
+
+async def test_a_cancel_from_another_client_ends_the_running_turn(
+    server: ListenServer, tmp_path: Path
+) -> None:
+    async with (
+        ws_client(server.ws_url, server.secret) as a,
+        ws_client(server.ws_url, server.secret) as b,
+    ):
+        await a.initialize()
+        await b.initialize()
+        sid = await a.new_session(str(tmp_path))
+        await b.load(sid, str(tmp_path))
+        turn = asyncio.create_task(a.prompt(sid, "#chunks=500 #delay=20 long"))
+        await b.wait_for(lambda: len(b.updates(sid)) >= 5)
+        await b.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        assert (await turn)["stopReason"] == "cancelled"
+        assert len([u for u in a.updates(sid) if "c4" in str(u)]) < 500
+
+
+async def test_an_unanswered_permission_request_ends_cancelled_after_ask_timeout(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[permissions]\nask_timeout_s = 1\n")
+    server = ListenServer(tmp_path, "--config", str(config))
+    server.secret = make_token(server.db, "tests")
+    server.start()
+    try:
+        async with ws_client(server.ws_url, server.secret, permission="ignore") as a:
+            await a.initialize()
+            sid = await a.new_session(str(tmp_path))
+            answer = await a.prompt(sid, "#permission #tool go")
+            assert answer["stopReason"] == "end_turn"
+            assert len(a.permission_requests) == 1
+            assert "permission: cancelled" in a.text(sid)
+            assert a.withdrawn == [a.permission_requests[0]["id"]]
+    finally:
+        server.stop()
