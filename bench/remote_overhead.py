@@ -23,6 +23,11 @@ reported: updates delivered, wall time, p50/p99 added latency over all of them.
 (c) *Idle connections*: the server's resident memory before and after opening
 ``--connections`` initialized, idle WebSocket connections; reported per connection.
 
+(d) *Watched*: one busy session's turns with nobody else watching, with a WebSocket client
+following it (what the console does), and, when Playwright and a Chromium are installed,
+with the console itself open on it in a headless Chromium (against the same page on
+about:blank). Blocks of 5 turns alternate; medians and the ratio to the unwatched side.
+
 Run from the repository root::
 
     python bench/remote_overhead.py                  # ~1-2 minutes
@@ -57,6 +62,7 @@ from acp.ws import create_websocket_stream  # noqa: E402
 from bench._common import (  # noqa: E402
     add_turn_arguments,
     machine_info,
+    median,
     positive_int,
     print_turn_table,
     progress,
@@ -381,6 +387,126 @@ async def idle_memory(args: argparse.Namespace, root: str) -> dict[str, Any]:
     }
 
 
+async def watched(args: argparse.Namespace, root: str) -> dict[str, Any]:
+    """(d) One busy session, its turns timed with nobody else watching and with a watcher:
+    a WebSocket client following the session (what the console does), and the console itself
+    in a headless Chromium when Playwright and a Chromium are installed. Alternating blocks of
+    turns (ABAB...), medians per side."""
+    workdir = os.path.join(root, "watched")
+    os.makedirs(workdir)
+    server = ListenServer(workdir)
+    result: dict[str, Any] = {}
+    try:
+        prompter = SdkSide()
+        await prompter.start_ws(server.url, server.secret, workdir)
+        for _ in range(args.warmup):
+            await prompter.turn(args.chunks)
+        times: dict[str, list[float]] = {"alone": [], "ws watcher": []}
+        watcher: subprocess.Popen[bytes] | None = None
+        block = 5
+        for round_ in range(max(1, args.turns // block)):
+            for name in ("alone", "ws watcher") if round_ % 2 == 0 else ("ws watcher", "alone"):
+                if name == "alone" and watcher is not None:
+                    watcher.terminate()
+                    watcher.wait(10)
+                    watcher = None
+                elif name == "ws watcher":
+                    watcher = _watcher_process(server, prompter.session_id, workdir)
+                for _ in range(block):
+                    started = time.perf_counter()
+                    await prompter.turn(args.chunks)
+                    times[name].append((time.perf_counter() - started) * 1000)
+        if watcher is not None:
+            watcher.terminate()
+            watcher.wait(10)
+        console = await _console_watching(args, server, prompter, workdir)
+        if console is not None:
+            times.update(console)
+        base = median(times["alone"])
+        result = {
+            name: {
+                "median_ms": median(values),
+                "ratio": median(values) / base,
+                "turns": len(values),
+            }
+            for name, values in times.items()
+        }
+        await prompter.transport.close()
+    finally:
+        server.stop()
+    return result
+
+
+WATCHER = """
+import asyncio, json, sys, websockets
+async def main(url, secret, sid, cwd):
+    headers = {"Authorization": "Bearer " + secret}
+    async with websockets.connect(url, additional_headers=headers) as ws:
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                  "params": {"protocolVersion": 1}}))
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/load",
+                                  "params": {"sessionId": sid, "cwd": cwd, "mcpServers": []}}))
+        async for frame in ws:
+            message = json.loads(frame)
+            if message.get("id") == 2:
+                print("loaded", flush=True)
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def _watcher_process(server: ListenServer, session_id: str, cwd: str) -> subprocess.Popen[bytes]:
+    """A WebSocket client following the session, in a process of its own (in this one it
+    would take the prompter's loop time and be counted as the server's)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WATCHER, server.url, server.secret, session_id, cwd],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"loaded":
+        raise RuntimeError("the watcher did not load the session")
+    return proc
+
+
+async def _console_watching(
+    args: argparse.Namespace, server: ListenServer, prompter: SdkSide, workdir: str
+) -> dict[str, list[float]] | None:
+    """The console in a headless Chromium on the busy session, against the same turns with
+    the page on about:blank; None without Playwright or a Chromium."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        return None
+    if chromium is None:
+        return None
+    base = server.url.replace("ws://", "http://").removesuffix("/acp")
+    times: dict[str, list[float]] = {"console closed": [], "console watching": []}
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        page = await browser.new_page()
+        await page.goto(base + "/")
+        await page.fill("#token", server.secret)
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("h1:text('Sessions')")
+        block = 5
+        for round_ in range(max(1, args.turns // block)):
+            order = ("console closed", "console watching")
+            for name in order if round_ % 2 == 0 else tuple(reversed(order)):
+                if name == "console closed":
+                    await page.goto("about:blank")
+                else:
+                    await page.goto(base + f"/#/s/{prompter.session_id}")
+                    await page.wait_for_selector("#stream-status:text('live')")
+                for _ in range(block):
+                    started = time.perf_counter()
+                    await prompter.turn(args.chunks)
+                    times[name].append((time.perf_counter() - started) * 1000)
+        await browser.close()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_turn_arguments(parser, turns=30, warmup=3, chunks=100)
@@ -396,7 +522,15 @@ def main() -> None:
         many = asyncio.run(many_connections(args, root))
         progress("(c) idle connections")
         idle = asyncio.run(idle_memory(args, root))
-    report = {"machine": machine_info(), "per_turn": turns, "many": many, "idle": idle}
+        progress("(d) a busy session watched and not")
+        watch = asyncio.run(watched(args, root))
+    report = {
+        "machine": machine_info(),
+        "per_turn": turns,
+        "many": many,
+        "idle": idle,
+        "watched": watch,
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -420,6 +554,10 @@ def main() -> None:
         f"(c) {idle['connections']} idle connections: {idle['kib_per_idle_connection']:.0f} KiB "
         f"each (server RSS {idle['rss_before_mb']:.0f} -> {idle['rss_after_mb']:.0f} MB)"
     )
+    print("(d) one busy session's turns (median ms, ratio to nobody watching):")
+    for name, entry in watch.items():
+        ms, ratio, turns_n = entry["median_ms"], entry["ratio"], entry["turns"]
+        print(f"    {name:<18}{ms:>8.2f} ms {ratio:>7.3f}x  ({turns_n} turns)")
 
 
 if __name__ == "__main__":

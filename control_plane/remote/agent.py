@@ -78,7 +78,7 @@ class RemoteServeAgent(ServeAgent):
         old = self.follows.pop(session_id, None)
         if old is not None:
             old.close()
-        follow = SessionFollow(self.cp, session_id, self.conn.send_updates)
+        follow = SessionFollow(self.cp, session_id, self.conn.send_updates, self.conn.hub.frames)
         self.follows[session_id] = follow
         position = await follow.open(after, hold)
         self.conn.attached(session_id)

@@ -26,11 +26,13 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
+from control_plane.remote import console_api
 from control_plane.remote.access import may_see
 from control_plane.remote.auth import error_response, token_of, unauthorized
 from control_plane.remote.connection import RemoteConnection
+from control_plane.remote.console_files import console_files
 from control_plane.remote.hub import Hub
 from control_plane.remote.outbox import Outbox, OutboxOverflow
 from control_plane.remote.telemetry import (
@@ -226,6 +228,8 @@ def build_app(hub: Hub) -> App:
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
+            *console_api.ROUTES,
+            Mount("/", console_files()),
         ],
         middleware=[Middleware(AccessLog)],
     )

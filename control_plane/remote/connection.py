@@ -26,6 +26,7 @@ from acp.agent.connection import AgentSideConnection
 
 from control_plane.remote.access import Denied, check_access
 from control_plane.remote.agent import RemoteServeAgent
+from control_plane.remote.frames import Frames
 from control_plane.remote.outbox import Outbox
 from control_plane.remote.telemetry import CUT_OFF
 from store.tokens import TokenAccess, TokenRecord
@@ -74,20 +75,11 @@ class RemoteConnection:
             return self.main
         return self.session_boxes.get(session_id, self.main)
 
-    def send_updates(self, session_id: str, pairs: list[tuple[int, dict[str, Any]]]) -> None:
+    def send_updates(self, session_id: str, frames: Frames) -> None:
+        """A session's ``session/update`` frames (``frames.py``: shared by its followers)."""
         box = self._box(session_id)
-        for position, update in pairs:
-            box.put(
-                {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {
-                        "sessionId": session_id,
-                        "update": update,
-                        "_meta": {"acpctl": {"position": position}},
-                    },
-                }
-            )
+        for _position, frame in frames:
+            box.put_frame(frame)
         self._check_overflow(box)
 
     def send_request(self, session_id: str | None, message: dict[str, Any]) -> None:

@@ -13,21 +13,20 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from control_plane.api import ControlPlane
-from protocol.face.replay import conversation_updates_at
+from control_plane.remote.frames import FrameCache, Frames
 from state_machines import COMMAND_MACHINE
 from state_machines.event_kinds import EventKind
 from store import CommandRecord, SessionCommit
 
-# (position, update) pairs, in order
-Send = Callable[[str, list[tuple[int, dict[str, Any]]]], None]
+Send = Callable[[str, Frames], None]
 
 
 class SessionFollow:
-    def __init__(self, cp: ControlPlane, session_id: str, send: Send) -> None:
+    def __init__(self, cp: ControlPlane, session_id: str, send: Send, frames: FrameCache) -> None:
         self._cp = cp
+        self._frames = frames
         self.session_id = session_id
         self._send = send
         self._loop = asyncio.get_running_loop()
@@ -41,7 +40,7 @@ class SessionFollow:
         # known) and while held (session/new not answered yet), commits wait.
         self._submitting = 0
         self._held = False
-        self._held_pairs: list[tuple[int, dict[str, Any]]] = []
+        self._held_pairs: Frames = []
         self._own: set[str] = set()  # this connection's prompts: not echoed back to it
         self._waiting: dict[str, asyncio.Future[CommandRecord]] = {}
         self._ended: dict[str, CommandRecord] = {}  # own prompts that ended before asked
@@ -58,12 +57,12 @@ class SessionFollow:
         else:
             stored = await asyncio.to_thread(self._cp.events, self.session_id, after)
             self.position = stored[-1].seq if stored else after
-            self._emit(list(conversation_updates_at(stored)))
+            self._emit(self._frames.frames(self.session_id, stored))
         self._caught_up = True
         self._drain()
         return self.position
 
-    def _emit(self, pairs: list[tuple[int, dict[str, Any]]]) -> None:
+    def _emit(self, pairs: Frames) -> None:
         if self._held:
             self._held_pairs.extend(pairs)
         elif pairs:
@@ -131,7 +130,7 @@ class SessionFollow:
         with self._lock:
             shares, self._arrived = self._arrived, []
             self._wake_pending = False
-        pairs: list[tuple[int, dict[str, Any]]] = []
+        pairs: Frames = []
         finished: list[CommandRecord] = []
         for share in shares:
             fresh = [e for e in share.events if e.seq > self.position]
@@ -140,7 +139,7 @@ class SessionFollow:
             shown = [
                 e for e in fresh if e.kind != EventKind.PROMPT or e.command_id not in self._own
             ]
-            pairs.extend(conversation_updates_at(shown))
+            pairs.extend(self._frames.frames(self.session_id, shown))
             finished.extend(share.finished)
         self._emit(pairs)
         for record in finished:

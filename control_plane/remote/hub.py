@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from control_plane.api import ControlPlane
 from control_plane.remote.connection import RemoteConnection
+from control_plane.remote.frames import FrameCache
 from control_plane.remote.permissions import PermissionRouter
 from control_plane.tokens import TokenCheck
 from store import AgentSpec
@@ -43,6 +44,7 @@ class Hub:
         self.limits = limits
         self.max_buffer_bytes = limits.max_buffer_bytes
         self.tokens = TokenCheck(cp.token_by_digest)
+        self.frames = FrameCache()  # one serialisation of an update for all its followers
         self.connections: dict[str, RemoteConnection] = {}
         self._idle_since: dict[str, float] = {}
         self.draining = False

@@ -1,0 +1,51 @@
+"""The ``session/update`` frames of a session's events, built once however many connections
+follow the session: each follower gets the same bytes (the update, the session id and the
+event's position are all the frame holds), so a second watcher costs a buffer append and
+its share of a socket write, not a second parse and serialisation of every update.
+
+On the server's loop only (no lock). Bounded: the most recent ``size`` events' frames."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+
+from protocol import json_codec
+from protocol.face.replay import conversation_updates_at
+from protocol.transcript.inputs import EventLike
+
+Frames = list[tuple[int, bytes]]  # (position, one JSON-RPC notification), in order
+
+
+class FrameCache:
+    def __init__(self, size: int = 8192) -> None:
+        self.size = size
+        self._built: OrderedDict[tuple[str, int], list[bytes]] = OrderedDict()
+        self.built = 0  # frames serialised (for tests and benchmarks)
+
+    def frames(self, session_id: str, events: Iterable[EventLike]) -> Frames:
+        out: Frames = []
+        for event in events:
+            key = (session_id, event.seq)
+            built = self._built.get(key)
+            if built is None:
+                built = [
+                    json_codec.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "session/update",
+                            "params": {
+                                "sessionId": session_id,
+                                "update": update,
+                                "_meta": {"acpctl": {"position": position}},
+                            },
+                        }
+                    )
+                    for position, update in conversation_updates_at([event])
+                ]
+                self.built += len(built)
+                self._built[key] = built
+                if len(self._built) > self.size:
+                    self._built.popitem(last=False)
+            out.extend((event.seq, frame) for frame in built)
+        return out
