@@ -513,17 +513,25 @@ def main() -> None:
     parser.add_argument("--connections", type=positive_int, default=200)
     parser.add_argument("--sessions", type=positive_int, default=20)
     parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument(
+        "--parts", default="abcd", help="which measures to run (default abcd: all of them)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="remote-bench-") as root:
-        progress("(a) per turn: WebSocket vs stdio serve")
-        turns = asyncio.run(per_turn(args, root))
-        progress("(b) many connections")
-        many = asyncio.run(many_connections(args, root))
-        progress("(c) idle connections")
-        idle = asyncio.run(idle_memory(args, root))
-        progress("(d) a busy session watched and not")
-        watch = asyncio.run(watched(args, root))
+        turns, many, idle, watch = {}, {}, {}, {}
+        if "a" in args.parts:
+            progress("(a) per turn: WebSocket vs stdio serve")
+            turns = asyncio.run(per_turn(args, root))
+        if "b" in args.parts:
+            progress("(b) many connections")
+            many = asyncio.run(many_connections(args, root))
+        if "c" in args.parts:
+            progress("(c) idle connections")
+            idle = asyncio.run(idle_memory(args, root))
+        if "d" in args.parts:
+            progress("(d) a busy session watched and not")
+            watch = asyncio.run(watched(args, root))
     report = {
         "machine": machine_info(),
         "per_turn": turns,
@@ -534,27 +542,32 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"(a) one #chunks={args.chunks} turn, {args.turns} rounds, interleaved")
-    print_turn_table(turns, "stdio")
-    print()
-    print(f"{'added latency per update':<30}{'p50 ms':>10}{'p99 ms':>10}")
+    if turns:
+        print(f"(a) one #chunks={args.chunks} turn, {args.turns} rounds, interleaved")
+        print_turn_table(turns, "stdio")
+        print()
+        print(f"{'added latency per update':<30}{'p50 ms':>10}{'p99 ms':>10}")
     for entry in turns.values():
         print(
             f"{entry['label']:<30}{entry['latency_p50_ms']:>10.2f}{entry['latency_p99_ms']:>10.2f}"
         )
-    print()
-    print(
-        f"(b) {many['connections']} connections on {many['sessions']} sessions, {args.rounds} "
-        f"rounds of #chunks={args.chunks}: {many['updates_delivered']} of "
-        f"{many['updates_expected']} updates delivered, {many['out_of_order_or_repeated']} out "
-        f"of order or repeated, {many['wall_s']:.1f} s; added latency p50 "
-        f"{many['latency_p50_ms']:.1f} ms, p99 {many['latency_p99_ms']:.1f} ms"
-    )
-    print(
-        f"(c) {idle['connections']} idle connections: {idle['kib_per_idle_connection']:.0f} KiB "
-        f"each (server RSS {idle['rss_before_mb']:.0f} -> {idle['rss_after_mb']:.0f} MB)"
-    )
-    print("(d) one busy session's turns (median ms, ratio to nobody watching):")
+    if many:
+        print()
+        print(
+            f"(b) {many['connections']} connections on {many['sessions']} sessions, {args.rounds} "
+            f"rounds of #chunks={args.chunks}: {many['updates_delivered']} of "
+            f"{many['updates_expected']} updates delivered, {many['out_of_order_or_repeated']} out "
+            f"of order or repeated, {many['wall_s']:.1f} s; added latency p50 "
+            f"{many['latency_p50_ms']:.1f} ms, p99 {many['latency_p99_ms']:.1f} ms"
+        )
+    if idle:
+        print(
+            f"(c) {idle['connections']} idle connections: "
+            f"{idle['kib_per_idle_connection']:.0f} KiB "
+            f"each (server RSS {idle['rss_before_mb']:.0f} -> {idle['rss_after_mb']:.0f} MB)"
+        )
+    if watch:
+        print("(d) one busy session's turns (median ms, ratio to nobody watching):")
     for name, entry in watch.items():
         ms, ratio, turns_n = entry["median_ms"], entry["ratio"], entry["turns"]
         print(f"    {name:<18}{ms:>8.2f} ms {ratio:>7.3f}x  ({turns_n} turns)")

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from protocol import json_codec
-from protocol.face.replay import conversation_updates_at
+from protocol.face.replay import event_updates
 from protocol.transcript.inputs import EventLike
 
 Frames = list[tuple[int, bytes]]  # (position, one JSON-RPC notification), in order
@@ -29,23 +29,24 @@ class FrameCache:
             key = (session_id, event.seq)
             built = self._built.get(key)
             if built is None:
-                built = [
-                    json_codec.dumps(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": "session/update",
-                            "params": {
-                                "sessionId": session_id,
-                                "update": update,
-                                "_meta": {"acpctl": {"position": position}},
-                            },
-                        }
-                    )
-                    for position, update in conversation_updates_at([event])
-                ]
+                built = [_frame(session_id, event.seq, u) for u in event_updates(event)]
                 self.built += len(built)
                 self._built[key] = built
                 if len(self._built) > self.size:
                     self._built.popitem(last=False)
             out.extend((event.seq, frame) for frame in built)
         return out
+
+
+def _frame(session_id: str, position: int, update: dict[str, object]) -> bytes:
+    return json_codec.dumps(
+        {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {
+                "sessionId": session_id,
+                "update": update,
+                "_meta": {"acpctl": {"position": position}},
+            },
+        }
+    )

@@ -56,17 +56,27 @@ def conversation_updates_at(events: Iterable[EventLike]) -> Iterator[tuple[int, 
     """Each update with the position (``seq``) of the event it comes from: a prompt of
     several blocks gives several updates at one position."""
     for event in events:
-        marker = interrupted_marker(event)
-        if marker is not None:
-            yield event.seq, marker
-            continue
-        if event.kind == EventKind.PROMPT:
-            for block in event.payload.get("content", []):
-                yield event.seq, {"sessionUpdate": "user_message_chunk", "content": block}
-            continue
-        update = update_of(event)
-        if update is not None and update.get("sessionUpdate") != "user_message_chunk":
+        for update in event_updates(event):
             yield event.seq, update
+
+
+def event_updates(event: EventLike) -> list[dict[str, Any]]:
+    """What one stored event shows of the conversation: its agent update, the user's prompt
+    (one ``user_message_chunk`` per block), an interrupted turn's marker, or nothing."""
+    if event.kind == EventKind.SESSION_UPDATE:
+        update = update_of(event)
+        if update is None or update.get("sessionUpdate") == "user_message_chunk":
+            return []  # an agent's echo of the prompt: the prompt event shows it
+        return [update]
+    marker = interrupted_marker(event)
+    if marker is not None:
+        return [marker]
+    if event.kind == EventKind.PROMPT:
+        return [
+            {"sessionUpdate": "user_message_chunk", "content": block}
+            for block in event.payload.get("content", [])
+        ]
+    return []
 
 
 def current_setup(events: Iterable[EventLike]) -> dict[str, Any]:
