@@ -227,9 +227,11 @@ class Store:
         with self._listeners_lock:
             listeners = list(self._listeners) if commit.appended else []
             command_listeners = list(self._command_listeners) if commit.finished_records else []
-        self._feeds.publish(commit)
         if commit.finished_records:
+            # Counted before anyone is told: a client that got its answer and then scrapes
+            # /metrics sees its turn counted (the feed wakes serve's reply).
             telemetry.commands_finished(commit.finished_records)
+        self._feeds.publish(commit)
         if listeners:
             sessions = commit.sessions
             for listener in listeners:
