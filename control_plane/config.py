@@ -178,6 +178,21 @@ class AgentConfig(_Strict):
         return value
 
 
+def store_file(value: str) -> str:
+    """``--db`` / ``db``: a SQLite file path (``sqlite:///PATH`` is taken as PATH). Any other
+    URL is refused: it used to become a local directory named after the scheme, and the run
+    "succeeded" on a SQLite file in it."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or not scheme or not scheme.replace("+", "").isalnum():
+        return value
+    if scheme.lower() in ("sqlite", "sqlite+pysqlite") and rest.startswith("/"):
+        return rest
+    raise ValueError(
+        f"db {value!r}: {scheme}:// stores are not supported by this release; the store is a "
+        "SQLite file: give its path (or sqlite:///PATH)"
+    )
+
+
 def default_db_path() -> str:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "share"
@@ -199,6 +214,11 @@ class Config(_Strict):
     # By the model the agent reports (Gemini CLI does), else by the configured agent name.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+
+    @field_validator("db")
+    @classmethod
+    def _a_file_not_a_url(cls, value: str) -> str:
+        return store_file(value)
 
     @property
     def db_path(self) -> Path:

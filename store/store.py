@@ -83,6 +83,11 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
         options = options or StoreOptions()
+        if "://" in os.fspath(path):
+            raise StoreError(
+                f"{os.fspath(path)!r} is a URL; the store is a SQLite file: give its path",
+                path=os.fspath(path),
+            )
         path = os.path.abspath(os.fspath(path))
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):

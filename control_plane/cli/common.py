@@ -73,12 +73,16 @@ class Context:
     def config(self) -> Config:
         """The effective configuration; logging is set up from it on the way (format, and
         the secrets no log line may show)."""
-        from control_plane.config import load_config
+        from control_plane.config import ConfigError, load_config, store_file
         from control_plane.logs import configure_logging
 
         config = load_config(self.config_path)
         if self.db is not None:
-            config = config.model_copy(update={"db": self.db})
+            try:
+                db = store_file(self.db)  # model_copy does not run the validators
+            except ValueError as exc:
+                raise ConfigError(f"--db: {exc}") from None
+            config = config.model_copy(update={"db": db})
         if self.log_format is not None:
             config = config.model_copy(update={"log_format": self.log_format})
         configure_logging(config)

@@ -469,3 +469,21 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path)
     assert [r["status"] for r in results] == ["interrupted"], again.stderr[-2000:]
     prompts = [json.loads(line) for line in received.read_text().splitlines()]
     assert len(prompts) == 1  # never sent twice into the conversation the agent kept
+
+
+def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    for how in (["--db", "postgresql://u@localhost/acpctl"], []):
+        env = {**os.environ, "ACPCTL_DB": "postgresql://u@localhost/acpctl"} if not how else None
+        run = subprocess.run(
+            [sys.executable, "-m", "control_plane.cli", *how, "status"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+        )
+        assert run.returncode == 2, run.stderr
+        assert "postgresql:// stores are not supported" in run.stderr
+    assert list(tmp_path.iterdir()) == []  # no directory named "postgresql:" appeared

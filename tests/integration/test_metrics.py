@@ -123,7 +123,15 @@ def test_serve_with_metrics_counts_its_turns(tmp_path: Path) -> None:
                 sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
                 reply = await conn.prompt(session_id=sid, prompt=[text_block("#chunks=3 hi")])
                 assert reply.stop_reason == "end_turn"
-                return await asyncio.to_thread(scrape, found.group(1), int(found.group(2)))
+                host, port = found.group(1), int(found.group(2))
+                # The turn's slot is a level of "now": the actor gives it back right after
+                # the outcome commit that answered the prompt, which may be just after.
+                async with asyncio.timeout(10):
+                    while True:
+                        samples = await asyncio.to_thread(scrape, host, port)
+                        if value(samples, "acpctl_running_turns") == 0:
+                            return samples
+                        await asyncio.sleep(0.05)
 
     samples = asyncio.run(run())
     assert value(samples, "acpctl_turns_total", status="ok") == 1  # a fresh process
