@@ -3,7 +3,9 @@ follow the session: each follower gets the same bytes (the update, the session i
 event's position are all the frame holds), so a second watcher costs a buffer append and
 its share of a socket write, not a second parse and serialisation of every update.
 
-On the server's loop only (no lock). Bounded: the most recent ``size`` events' frames."""
+On the server's loop only (no lock). Bounded in bytes: the frames of the most recent
+events up to ``max_bytes`` (a tool's megabyte of output must not be kept thousands of
+times over); an evicted event is serialised again if a late follower needs it."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ Frames = list[tuple[int, bytes]]  # (position, one JSON-RPC notification), in or
 
 
 class FrameCache:
-    def __init__(self, size: int = 8192) -> None:
-        self.size = size
+    def __init__(self, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
         self._built: OrderedDict[tuple[str, int], list[bytes]] = OrderedDict()
+        self._bytes = 0
         self.built = 0  # frames serialised (for tests and benchmarks)
 
     def frames(self, session_id: str, events: Iterable[EventLike]) -> Frames:
@@ -32,8 +35,10 @@ class FrameCache:
                 built = [_frame(session_id, event.seq, u) for u in event_updates(event)]
                 self.built += len(built)
                 self._built[key] = built
-                if len(self._built) > self.size:
-                    self._built.popitem(last=False)
+                self._bytes += sum(len(frame) for frame in built)
+                while self._bytes > self.max_bytes and len(self._built) > 1:
+                    _, evicted = self._built.popitem(last=False)
+                    self._bytes -= sum(len(frame) for frame in evicted)
             out.extend((event.seq, frame) for frame in built)
         return out
 

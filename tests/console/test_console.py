@@ -155,3 +155,29 @@ async def test_a_watch_only_token_gets_a_read_only_console(
     await page.wait_for_selector("h1:text('Status')")
     await page.wait_for_selector("dt:text('Running commands')")
     await page.screenshot(path=str(SCREENSHOTS / "status-desktop.png"))
+
+
+async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
+    browser: Any, server: ListenServer, tmp_path: Path
+) -> None:
+    async with ws_client(server.ws_url, server.secret) as client:
+        await client.initialize()
+        sid = await client.new_session(str(tmp_path))
+    page = await logged_in(browser, server, server.secret, DESKTOP)
+    await page.goto(base_url(server) + f"#/s/{sid}")
+    await page.wait_for_selector("#stream-status:text('live')")
+    await page.fill("#prompt", "#plan #tool planned work")
+    await page.keyboard.press("Enter")
+    tool = await page.wait_for_selector(".tool.completed")
+    assert "echo-tool" in await tool.inner_text()
+    assert "tool output: planned work" in await tool.inner_text()
+    plan = await page.query_selector_all(".plan li")
+    assert [await li.inner_text() for li in plan] == ["Read the message", "Echo the message"]
+    assert await page.get_attribute(".plan li:first-child", "class") == "completed"
+    await page.wait_for_selector(".stop:text('end_turn')")
+    # The transcript export downloads the session as JSONL.
+    async with page.expect_download() as download_info:
+        await page.click("#export")
+    download = await download_info.value
+    exported = Path(await download.path()).read_text()
+    assert '"type":"session"' in exported.replace(" ", "") and "planned work" in exported
