@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.remote_client import ListenServer, make_token
+from tests.support.remote_client import ListenServer, running_server
 
 INSTALL = (
     "install Chromium (apt-get install chromium) and the test extra (pip install -e '.[test]')"
@@ -50,13 +50,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ListenServer]:
-    running = ListenServer(tmp_path)
-    running.secret = make_token(running.db, "console-tests")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running_server(tmp_path, token_name="console-tests") as started:
+        yield started
 
 
 @pytest.fixture

@@ -5,19 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.remote_client import ListenServer, make_token
+from tests.support.remote_client import ListenServer, running_server
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[ListenServer]:
-    running = ListenServer(tmp_path)
-    running.db.parent.mkdir(parents=True, exist_ok=True)
-    running.secret = make_token(running.db, "tests")
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running_server(tmp_path, token_name="tests") as started:
+        yield started
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,19 @@ class ListenServer:
             self.proc.wait(10)
         with contextlib.suppress(Exception):
             self._stderr.close()
+
+
+@contextlib.contextmanager
+def running_server(tmp: Path, *extra: str, token_name: str = "tests") -> Iterator[ListenServer]:
+    """A started ``serve --listen`` with a control token (``.secret``), stopped after."""
+    server = ListenServer(tmp, *extra)
+    server.db.parent.mkdir(parents=True, exist_ok=True)
+    server.secret = make_token(server.db, token_name)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 class RpcClient:
