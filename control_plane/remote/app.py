@@ -1,5 +1,6 @@
 """The HTTP surface of ``serve --listen`` (Starlette): ``/acp`` in both profiles of ACP's
-remote transport draft, ``/healthz`` and ``/readyz``.
+remote transport draft (the WebSocket side is ``ws.py``), ``/healthz``, ``/readyz``,
+``/metrics``, and the console at ``/`` with its JSON API (``console_api.py``).
 
 Streamable HTTP on ``/acp``: ``POST`` carries one client message (``initialize`` answered 200
 with its result and an ``Acp-Connection-Id``; everything else 202, answered on a stream);
@@ -10,9 +11,9 @@ with ``Acp-Session-Id``; ``DELETE`` ends the connection (never its sessions). We
 Refusals: 401 without a valid token (nothing is read further), 403 for a connection or
 session of another token; a request the token may not send is answered with a JSON-RPC
 error (-32003) on its stream, as any answer; 400 for a malformed message (a JSON-RPC error
-body), 404 for an unknown connection,
-406/415 for wrong ``Accept``/``Content-Type``, 409 for a stream already being read, 413 for
-an oversize body, 503 while draining."""
+body), 404 for an unknown connection, 406/415 for wrong ``Accept``/``Content-Type``, 409 for
+a stream already being read, 413 for an oversize body, 503 for a new connection while
+draining."""
 
 from __future__ import annotations
 
