@@ -1,7 +1,12 @@
 """Where a client puts its token. ``Authorization: Bearer <secret>`` everywhere; browsers,
 which cannot set headers on a WebSocket, use the cookie ``acpctl_token`` or offer the
 subprotocol ``acpctl.bearer.<secret>`` (next to ``acp``, which the server then picks). Never
-a query parameter: URLs end up in access logs and browser history."""
+a query parameter: URLs end up in access logs and browser history.
+
+The cookie is taken only from the server's own pages: a browser sends it with any request
+to this host, also one a page of another site makes (a cross-site WebSocket is not held to
+CORS), so a request that carries an ``Origin`` other than this host's is not authenticated
+by its cookie. Headers and subprotocols cannot be set by another site's page."""
 
 from __future__ import annotations
 
@@ -25,12 +30,21 @@ def presented_secret(headers: Mapping[str, str], cookies: Mapping[str, str]) -> 
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    if cookies.get(COOKIE):
+    if cookies.get(COOKIE) and same_origin(headers):
         return cookies[COOKIE]
     for offered in offered_subprotocols(headers):
         if offered.startswith(SUBPROTOCOL_PREFIX):
             return offered[len(SUBPROTOCOL_PREFIX) :]
     return None
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """No ``Origin`` (not a browser page), or one naming this very host and port."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    _, _, authority = origin.partition("://")
+    return bool(authority) and authority.lower() == headers.get("host", "").lower()
 
 
 def offered_subprotocols(headers: Mapping[str, str]) -> list[str]:

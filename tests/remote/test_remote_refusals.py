@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 import websockets
+from websockets.typing import Origin
 
 from store.tokens import TokenAccess, TokenSessions
 from tests.support.remote_client import (
@@ -177,3 +178,28 @@ async def test_garbage_websocket_frames_get_json_rpc_errors_and_the_connection_g
         assert (await client.prompt(sid, "after garbage"))["stopReason"] == "end_turn"
         unknown = await client.request_raw("session/nonsense", {})
         assert unknown["error"]["code"] == -32601
+
+
+async def test_the_cookie_counts_only_from_the_servers_own_pages(
+    server: ListenServer, tmp_path: Path
+) -> None:
+    cookie = {"Cookie": f"acpctl_token={server.secret}"}
+    own = f"http://127.0.0.1:{server.port}"
+    async with ws_client(
+        server.ws_url, None, additional_headers={**cookie}, origin=Origin(own)
+    ) as ok:
+        await ok.initialize()
+    # A page of another site opening a WebSocket here carries the cookie: refused.
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        async with websockets.connect(
+            server.ws_url, additional_headers=cookie, origin=Origin("https://evil.example")
+        ):
+            pass
+    assert refused.value.response.status_code == 401
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            server.url, json=INIT, headers={**cookie, "Origin": "https://evil.example"}
+        )
+        assert response.status_code == 401
+        response = await http.post(server.url, json=INIT, headers={**cookie, "Origin": own})
+        assert response.status_code == 200

@@ -260,7 +260,9 @@ class WsClient(RpcClient):
 async def ws_client(
     url: str, secret: str | None, permission: str = "allow", **kwargs: Any
 ) -> AsyncIterator[WsClient]:
-    headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}
+    headers = dict(kwargs.pop("additional_headers", {}))
+    if secret is not None:
+        headers["Authorization"] = f"Bearer {secret}"
     async with websockets.connect(
         url, additional_headers=headers, max_size=64 * 1024 * 1024, **kwargs
     ) as ws:
