@@ -153,6 +153,9 @@ def serve_command(
     send_buffer_bytes: Annotated[
         int, typer.Option(help="--listen: unread bytes a client may owe before it is cut off.")
     ] = 16 * 1024 * 1024,
+    max_connections: Annotated[
+        int, typer.Option(help="--listen: open client connections at most (then 503).")
+    ] = 1000,
 ) -> None:
     """Be an ACP agent on stdio (or, with --listen, on the network) in front of any ACP
     agent: durable, resumable sessions for any ACP client (editors, headless clients,
@@ -189,7 +192,11 @@ def serve_command(
                 key=None if key is None else Path(key),
                 insecure=insecure_no_tls,
                 grace_s=grace,
-                limits=Limits(max_frame_bytes=max_frame_bytes, max_buffer_bytes=send_buffer_bytes),
+                limits=Limits(
+                    max_frame_bytes=max_frame_bytes,
+                    max_buffer_bytes=send_buffer_bytes,
+                    max_connections=max_connections,
+                ),
             )
             check_listen(options)
             code = asyncio.run(serve_listen(config, spec, options, None, metrics_at))

@@ -13,7 +13,7 @@ session of another token; a request the token may not send is answered with a JS
 error (-32003) on its stream, as any answer; 400 for a malformed message (a JSON-RPC error
 body), 404 for an unknown connection, 406/415 for wrong ``Accept``/``Content-Type``, 409 for
 a stream already being read, 413 for an oversize body, 503 for a new connection while
-draining."""
+draining or past ``--max-connections``."""
 
 from __future__ import annotations
 
@@ -127,6 +127,8 @@ async def _post(hub: Hub, request: Request, token: TokenRecord, secret: str) -> 
     if message is None:
         return JSONResponse(problem, status_code=400)
     if message.get("method") == "initialize" and "id" in message:
+        if hub.full:
+            return error_response(503, "too many connections")
         conn = hub.open(token, secret, multiplex=False)
         try:
             answer = await conn.request(message)

@@ -26,6 +26,9 @@ class Limits:
     max_frame_bytes: int = 8 * 1024 * 1024
     max_buffer_bytes: int = 16 * 1024 * 1024
     http_idle_s: float = HTTP_IDLE_S
+    # Open client connections at most (each holds buffers and follows); beyond: 503. uvicorn's
+    # own limit does not count WebSockets (they leave its HTTP protocol at the upgrade).
+    max_connections: int = 1000
 
 
 class Hub:
@@ -49,6 +52,10 @@ class Hub:
         self._idle_since: dict[str, float] = {}
         self.draining = False
         self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def full(self) -> bool:
+        return len(self.connections) >= self.limits.max_connections
 
     def open(self, token: TokenRecord, secret: str, multiplex: bool) -> RemoteConnection:
         conn = RemoteConnection(self, token, secret, multiplex)

@@ -48,6 +48,10 @@ async def serve_websocket(hub: Hub, scope: Scope, receive: Receive, send: Send) 
             return
         token, secret = found
         token_name = token.name
+        if hub.full:
+            status = 503
+            await ws.send_denial_response(error_response(503, "too many connections"))
+            return
         conn = hub.open(token, secret, multiplex=True)
         conn_id = conn.id
         await ws.accept(

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
+import websockets
 
 from tests.support.remote_client import ListenServer, make_token, ws_client
 
@@ -141,5 +142,32 @@ async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path) -> None
         with pytest.raises(ssl.SSLError):
             async with ws_client(url, secret, ssl=ssl.create_default_context()):
                 pass
+    finally:
+        server.stop()
+
+
+async def test_connections_past_the_limit_are_refused_503_until_one_leaves(
+    tmp_path: Path,
+) -> None:
+    server = ListenServer(tmp_path, "--max-connections", "2")
+    secret = make_token(server.db, "tests")
+    server.start()
+    try:
+        async with ws_client(server.ws_url, secret) as a, ws_client(server.ws_url, secret) as b:
+            await a.initialize()
+            await b.initialize()
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                async with ws_client(server.ws_url, secret):
+                    pass
+            assert refused.value.response.status_code == 503
+            async with httpx.AsyncClient() as http:
+                init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+                response = await http.post(
+                    server.url, json=init, headers={"Authorization": f"Bearer {secret}"}
+                )
+                assert response.status_code == 503
+        await asyncio.sleep(0.3)  # both closed: room again
+        async with ws_client(server.ws_url, secret) as c:
+            await c.initialize()
     finally:
         server.stop()
