@@ -50,6 +50,7 @@ class RemoteConnection:
         self.session_boxes: dict[str, Outbox] = {}
         self.streaming: set[str | None] = set()  # HTTP streams a client reads now
         self.closed_reason: str | None = None
+        self._cutting = False  # a cut-off is on its way (close_soon)
         self._routes: dict[str, str] = {}  # request id -> session id (answers' stream)
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._holding: set[str] = set()
@@ -109,7 +110,9 @@ class RemoteConnection:
         self._holding.add(session_id)
 
     def _check_overflow(self, box: Outbox) -> None:
-        if box.overflowed and self.closed_reason is None:
+        # Once: the close runs as a task, and more puts may come before it does.
+        if box.overflowed and self.closed_reason is None and not self._cutting:
+            self._cutting = True
             log.warning("connection %s cut off: %s", self.id, box.closed_reason)
             CUT_OFF.inc()
             self.hub.close_soon(self, box.closed_reason or "send buffer full")
