@@ -166,8 +166,15 @@ async def test_connections_past_the_limit_are_refused_503_until_one_leaves(
                     server.url, json=init, headers={"Authorization": f"Bearer {secret}"}
                 )
                 assert response.status_code == 503
-        await asyncio.sleep(0.3)  # both closed: room again
-        async with ws_client(server.ws_url, secret) as c:
-            await c.initialize()
+        # Both closed: room again, once the server has seen them go.
+        async with asyncio.timeout(30):
+            while True:
+                try:
+                    async with ws_client(server.ws_url, secret) as c:
+                        await c.initialize()
+                    break
+                except websockets.InvalidStatus as exc:
+                    assert exc.response.status_code == 503
+                    await asyncio.sleep(0.1)
     finally:
         server.stop()
