@@ -19,6 +19,7 @@ from store import EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionCommit
 from store.hashing import command_hash
 from store.ops import budgets
+from store.ops import permissions as permission_ops
 from store.tokens import TokenRecord
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
 
@@ -60,6 +61,25 @@ class FrontEndServices:
     def token_by_digest(self, secret_sha256: str) -> TokenRecord | None:
         """The active access token whose secret has this digest (``control_plane/tokens.py``)."""
         return self._store.read(lambda c: queries.token_by_digest(c, secret_sha256))
+
+    # -- permission requests of network clients (control_plane/remote/permissions.py) -------
+
+    def open_permission_request(
+        self, request_id: str, session_id: str, tool_call_id: str | None
+    ) -> None:
+        self._store.write(
+            lambda ctx: permission_ops.open_request(ctx, request_id, session_id, tool_call_id)
+        )
+
+    def decide_permission(self, request_id: str, option_id: str | None, decided_by: str) -> bool:
+        """Compare-and-set: record the answer if the request is still pending; whether it
+        won (a second client's answer to the same request does not)."""
+        return self._store.write(
+            lambda ctx: permission_ops.decide(ctx, request_id, option_id, decided_by)
+        )
+
+    def withdraw_permission(self, request_id: str) -> bool:
+        return self._store.write(lambda ctx: permission_ops.withdraw(ctx, request_id))
 
     def store_fault(self, min_s: float) -> StoreError | None:
         """The store's refusal once every write has failed for ``min_s`` seconds (or at once

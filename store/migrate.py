@@ -20,7 +20,7 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every revision this release can migrate from, oldest first; the last one is the head.
 # tests/integration/test_migrations.py checks them against Alembic's view of the migrations
 # directory, so a new migration cannot be added without listing it here.
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009")
+KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 
 

@@ -172,3 +172,20 @@ api_tokens = Table(
     Column("created_at", Float, nullable=False),
     Column("revoked_at", Float, nullable=True),
 )
+
+# Permission requests put to network clients (0010). ``state``: pending, then answered (by
+# the first valid answer: ``decided_by`` names its token) or withdrawn (the turn was
+# cancelled, the wait timed out, or the server stopped). The first answer wins by a
+# compare-and-set on ``state``, so two clients answering at once cannot both win.
+permission_requests = Table(
+    "permission_requests",
+    metadata,
+    Column("id", String, primary_key=True),
+    Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
+    Column("tool_call_id", String, nullable=True),
+    Column("state", String, nullable=False),
+    Column("option_id", String, nullable=True),  # None with state answered: "cancelled"
+    Column("decided_by", String, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("decided_at", Float, nullable=True),
+)

@@ -150,7 +150,7 @@ class RemoteConnection:
     async def deliver(self, message: dict[str, Any]) -> Denied | None:
         """Hand a client message to the SDK, unless its token may not send it."""
         if "method" not in message:
-            if not self.hub.permissions.answered(self, message):
+            if not await self.hub.permissions.answered(self, message):
                 await self._pump_side.send(message)
             return None
         denied = await check_access(self, message)

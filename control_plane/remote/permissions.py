@@ -2,6 +2,10 @@
 may answer (control tokens): the first valid answer wins and the others are told the
 request is resolved (``$/cancel_request``, as the TypeScript SDK's clients expect).
 
+Each request is a row of the store (``permission_requests``): the first valid answer wins by a
+compare-and-set there, so two clients answering at once cannot both win, and how each request
+was decided (and by which token) is on record.
+
 A request outlives its clients: when nobody is attached, or the last one leaves, it waits
 and is put to the next client that attaches, until it is answered, the turn is cancelled
 (the broker cancels the wait), or ``ask_timeout_s`` passes (then it is answered
@@ -14,14 +18,15 @@ loop, where everything else here runs.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acp.schema import PermissionOption, ToolCallUpdate
 
 from control_plane.api import ControlPlane
+from state_machines import ControlPlaneError
 
 if TYPE_CHECKING:
     from control_plane.remote.connection import RemoteConnection
@@ -29,7 +34,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("acpctl.remote")
 
 REQUEST_ID_PREFIX = "acpctl-permission-"
-_ids = itertools.count(1)
 
 
 @dataclass
@@ -40,6 +44,7 @@ class PendingPermission:
     valid_options: set[str]
     answer: asyncio.Future[str | None]
     asked: set[RemoteConnection] = field(default_factory=set)
+    winner: RemoteConnection | None = None
 
     def message(self) -> dict[str, Any]:
         return {
@@ -104,31 +109,59 @@ class PermissionRouter:
     async def _ask_clients(
         self, session_id: str, params: dict[str, Any], valid: set[str]
     ) -> str | None:
+        assert self._cp is not None
         pending = PendingPermission(
-            REQUEST_ID_PREFIX + str(next(_ids)),
+            REQUEST_ID_PREFIX + uuid.uuid4().hex,
             session_id,
             params,
             valid,
             asyncio.get_running_loop().create_future(),
         )
+        tool_call_id = params.get("toolCall", {}).get("toolCallId")
+        try:
+            await asyncio.to_thread(
+                self._cp.open_permission_request, pending.request_id, session_id, tool_call_id
+            )
+        except ControlPlaneError as exc:
+            log.warning("permission request not recorded (%s): answered cancelled", exc)
+            return None
         self._pending[pending.request_id] = pending
         for conn in list(self._attached.get(session_id, ())):
             self._put(pending, conn)
+        decided = False
         try:
             async with asyncio.timeout(self.ask_timeout_s):
-                return await pending.answer
+                answer = await pending.answer
+            decided = True
+            return answer
         except TimeoutError:
+            withdrawn = await asyncio.to_thread(self._cp.withdraw_permission, pending.request_id)
+            decided = True
+            if not withdrawn:  # an answer won the race with the timeout: it stands
+                return await pending.answer
             log.info("permission request %s timed out: answered cancelled", pending.request_id)
             return None
         finally:
             del self._pending[pending.request_id]
-            self._withdraw(pending, answered_by=None)
+            self._withdraw(pending, answered_by=pending.winner)
+            if not decided:  # the turn was cancelled (or the server stops): on record
+                asyncio.get_running_loop().run_in_executor(
+                    None, self._withdraw_quietly, pending.request_id
+                )
+
+    def _withdraw_quietly(self, request_id: str) -> None:
+        assert self._cp is not None
+        try:
+            self._cp.withdraw_permission(request_id)
+        except ControlPlaneError as exc:  # the store is closing or refuses: nothing waits
+            log.info("permission request %s not withdrawn on record: %s", request_id, exc)
 
     # -- the client side (server loop) ---------------------------------------------------------
 
-    def answered(self, conn: RemoteConnection, message: dict[str, Any]) -> bool:
+    async def answered(self, conn: RemoteConnection, message: dict[str, Any]) -> bool:
         """A client's response to one of our requests: whether it was one. The first valid
-        answer settles the request; a late or malformed one is dropped."""
+        answer wins by a compare-and-set in the store; a client whose answer lost, came
+        late or was malformed is told the request is resolved (or ignored)."""
         request_id = message.get("id")
         if not isinstance(request_id, str) or not request_id.startswith(REQUEST_ID_PREFIX):
             return False
@@ -139,8 +172,20 @@ class PermissionRouter:
         if choice is _INVALID:
             log.info("permission answer to %s ignored: not a valid outcome", request_id)
             return True
-        pending.answer.set_result(choice if isinstance(choice, str) else None)
-        self._withdraw(pending, answered_by=conn)
+        option = choice if isinstance(choice, str) else None
+        assert self._cp is not None
+        won = await asyncio.to_thread(
+            self._cp.decide_permission, request_id, option, conn.token.name
+        )
+        if not won or pending.answer.done():
+            if conn in pending.asked:  # it lost: tell it, once
+                pending.asked.discard(conn)
+                conn.send_notification(
+                    pending.session_id, "$/cancel_request", {"requestId": request_id}
+                )
+            return True
+        pending.winner = conn
+        pending.answer.set_result(option)
         return True
 
     def _put(self, pending: PendingPermission, conn: RemoteConnection) -> None:

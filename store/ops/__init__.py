@@ -10,7 +10,9 @@ are in ``store/queries/``. Nothing outside ``store/`` writes SQL.
 - ``recovery``: work a dead owner left in flight;
 - ``turns``: the session actor's turn lifecycle (claim, outcome, agent start and exit);
 - ``announce``: a finished subagent run announced to its parent, exactly once;
-- ``budgets``: token usage counted, budgets checked, stopped sessions refused.
+- ``budgets``: token usage counted, budgets checked, stopped sessions refused;
+- ``tokens``: access tokens of the network front end created and revoked;
+- ``permissions``: network clients' permission requests opened and decided once.
 """
 
 from __future__ import annotations

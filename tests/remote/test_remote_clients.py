@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,68 @@ async def test_an_unanswered_permission_request_ends_cancelled_after_ask_timeout
             assert a.withdrawn == [a.permission_requests[0]["id"]]
     finally:
         server.stop()
+
+
+async def test_two_answers_at_once_one_wins_by_compare_and_set_in_the_store(
+    server: ListenServer, tmp_path: Path
+) -> None:
+    second = make_token(server.db, "second")
+    async with (
+        ws_client(server.ws_url, server.secret, permission="ignore") as a,
+        ws_client(server.ws_url, second, permission="ignore") as b,
+    ):
+        await a.initialize()
+        await b.initialize()
+        sid = await a.new_session(str(tmp_path))
+        await b.load(sid, str(tmp_path))
+        turn = asyncio.create_task(a.prompt(sid, "#permission #tool race"))
+        await a.wait_for(lambda: bool(a.permission_requests))
+        await b.wait_for(lambda: bool(b.permission_requests))
+        request_id = a.permission_requests[0]["id"]
+        # Both answer before either hears back: A allows, B rejects.
+        await asyncio.gather(
+            a.answer_permission(a.permission_requests[0], "allow"),
+            b.answer_permission(b.permission_requests[0], "reject"),
+        )
+        assert (await turn)["stopReason"] == "end_turn"
+        await a.wait_for(lambda: request_id in a.withdrawn or request_id in b.withdrawn)
+        await asyncio.sleep(0.2)  # a second withdrawal, if there were one, would be here
+        told = [c for c in (a, b) if request_id in c.withdrawn]
+        assert len(told) == 1, "exactly one side lost, and was told once"
+        assert told[0].withdrawn.count(request_id) == 1
+    with sqlite3.connect(server.db) as db:
+        state, option, decided_by = db.execute(
+            "SELECT state, option_id, decided_by FROM permission_requests WHERE id = ?",
+            (request_id,),
+        ).fetchone()
+    assert state == "answered"
+    winner = "second" if told[0] is a else "tests"
+    assert decided_by == winner
+    expected = "permission: allowed" if winner == "tests" else "permission: rejected"
+    assert expected in a.text(sid)
+    assert option in {o["optionId"] for o in a.permission_requests[0]["params"]["options"]}
+
+
+async def test_an_unanswered_request_is_withdrawn_on_record_when_the_turn_is_cancelled(
+    server: ListenServer, tmp_path: Path
+) -> None:
+    async with ws_client(server.ws_url, server.secret, permission="ignore") as a:
+        await a.initialize()
+        sid = await a.new_session(str(tmp_path))
+        turn = asyncio.create_task(a.prompt(sid, "#permission #tool never answered"))
+        await a.wait_for(lambda: bool(a.permission_requests))
+        request_id = a.permission_requests[0]["id"]
+        await a.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+        assert (await turn)["stopReason"] == "cancelled"
+        await a.wait_for(lambda: request_id in a.withdrawn)
+
+    def state() -> str:
+        with sqlite3.connect(server.db) as db:
+            row = db.execute(
+                "SELECT state FROM permission_requests WHERE id = ?", (request_id,)
+            ).fetchone()
+        return str(row[0])
+
+    async with asyncio.timeout(10):
+        while state() != "withdrawn":
+            await asyncio.sleep(0.05)

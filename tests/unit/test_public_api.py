@@ -90,6 +90,9 @@ PINNED_CONTROL_PLANE = [
     "apply_budget",
     "levels",
     "token_by_digest",
+    "open_permission_request",
+    "decide_permission",
+    "withdraw_permission",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.
