@@ -22,6 +22,21 @@ def ensure_repo_on_path() -> None:
         sys.path.insert(0, REPO_ROOT)
 
 
+def child_env(workdir: str) -> dict[str, str]:
+    """The caller's environment, minus any user configuration of acpctl (an empty config
+    file; no ACPCTL_* overrides), with the repository importable: for the acpctl and agent
+    processes a benchmark starts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
+    config = os.path.join(workdir, "empty-config.toml")
+    if not os.path.exists(config):
+        with open(config, "w", encoding="utf-8"):
+            pass
+    env["ACPCTL_CONFIG"] = config
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + path if path else "")
+    return env
+
+
 def now() -> float:
     return time.perf_counter()
 

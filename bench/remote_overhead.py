@@ -61,6 +61,7 @@ from acp.ws import create_websocket_stream  # noqa: E402
 
 from bench._common import (  # noqa: E402
     add_turn_arguments,
+    child_env,
     machine_info,
     median,
     positive_int,
@@ -80,15 +81,6 @@ def percentile(values: list[float], q: float) -> float:
     if not ordered:
         return float("nan")
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def child_env(workdir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
-    config = os.path.join(workdir, "empty-config.toml")
-    Path(config).touch()
-    env["ACPCTL_CONFIG"] = config
-    env["PYTHONPATH"] = _REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 def rss_mb(pid: int) -> float:

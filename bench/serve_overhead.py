@@ -67,6 +67,7 @@ from acp.schema import ClientCapabilities  # noqa: E402
 
 from bench._common import (  # noqa: E402
     add_turn_arguments,
+    child_env,
     machine_info,
     median,
     now,
@@ -103,20 +104,6 @@ def example_agent_argv(state_file: str) -> list[str]:
 
 def acpctl_argv(db: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "control_plane.cli", "--db", db, *args]
-
-
-def child_env(workdir: str) -> dict[str, str]:
-    """The caller's environment, minus any user configuration of acpctl (an empty config
-    file; no ACPCTL_* overrides), with the repository importable."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
-    config = os.path.join(workdir, "empty-config.toml")
-    if not os.path.exists(config):
-        with open(config, "w", encoding="utf-8"):
-            pass
-    env["ACPCTL_CONFIG"] = config
-    path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + path if path else "")
-    return env
 
 
 # -- (a) per-turn overhead -------------------------------------------------------------------

@@ -35,6 +35,16 @@ async def logged_in(browser: Any, server: ListenServer, secret: str, size: dict[
     return page
 
 
+async def terminal_session(server: ListenServer, cwd: Path, *prompts: str) -> str:
+    """A session made, and prompted, by a terminal client (not the browser)."""
+    async with ws_client(server.ws_url, server.secret) as client:
+        await client.initialize()
+        sid = await client.new_session(str(cwd))
+        for text in prompts:
+            await client.prompt(sid, text)
+    return sid
+
+
 async def conversation_text(page: Any) -> str:
     return str(await page.inner_text(".conversation"))
 
@@ -54,10 +64,7 @@ async def test_a_wrong_token_is_refused_and_a_good_one_logs_in(
     await page.fill("#token", "acpctl_" + "x" * 43)
     await page.click("button[type=submit]")
     await page.wait_for_selector("#login-error:text('refused')")
-    async with ws_client(server.ws_url, server.secret) as client:
-        await client.initialize()
-        sid = await client.new_session(str(tmp_path))
-        await client.prompt(sid, "hello from a terminal")
+    sid = await terminal_session(server, tmp_path, "hello from a terminal")
     await page.fill("#token", server.secret)
     await page.click("button[type=submit]")
     await page.wait_for_selector(f"tr[data-session='{sid}']")
@@ -70,10 +77,7 @@ async def test_a_wrong_token_is_refused_and_a_good_one_logs_in(
 async def test_watch_prompt_and_reload_mid_turn_without_a_duplicate(
     browser: Any, server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as client:
-        await client.initialize()
-        sid = await client.new_session(str(tmp_path))
-        await client.prompt(sid, "an earlier turn")
+    sid = await terminal_session(server, tmp_path, "an earlier turn")
     page = await logged_in(browser, server, server.secret, DESKTOP)
     await page.click(f"tr[data-session='{sid}'] a")
     await wait_text(page, r"Echo: an earlier turn")  # earlier turns, from the store
@@ -121,9 +125,7 @@ async def test_a_permission_request_resolves_on_both_sides(
 async def test_cancel_from_the_console_ends_the_turn(
     browser: Any, server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as client:
-        await client.initialize()
-        sid = await client.new_session(str(tmp_path))
+    sid = await terminal_session(server, tmp_path)
     page = await logged_in(browser, server, server.secret, DESKTOP)
     await page.goto(base_url(server) + f"#/s/{sid}")
     await page.wait_for_selector("#stream-status:text('live')")
@@ -139,10 +141,7 @@ async def test_a_watch_only_token_gets_a_read_only_console(
     browser: Any, server: ListenServer, tmp_path: Path
 ) -> None:
     watcher = make_token(server.db, "phone", access=TokenAccess.WATCH)
-    async with ws_client(server.ws_url, server.secret) as client:
-        await client.initialize()
-        sid = await client.new_session(str(tmp_path))
-        await client.prompt(sid, "visible to the watcher")
+    sid = await terminal_session(server, tmp_path, "visible to the watcher")
     page = await logged_in(browser, server, watcher, DESKTOP)
     assert "watch" in await page.inner_text("#who")
     await page.goto(base_url(server) + f"#/s/{sid}")
@@ -160,9 +159,7 @@ async def test_a_watch_only_token_gets_a_read_only_console(
 async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
     browser: Any, server: ListenServer, tmp_path: Path
 ) -> None:
-    async with ws_client(server.ws_url, server.secret) as client:
-        await client.initialize()
-        sid = await client.new_session(str(tmp_path))
+    sid = await terminal_session(server, tmp_path)
     page = await logged_in(browser, server, server.secret, DESKTOP)
     await page.goto(base_url(server) + f"#/s/{sid}")
     await page.wait_for_selector("#stream-status:text('live')")

@@ -15,7 +15,13 @@ from websockets.client import ClientProtocol
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
-from tests.support.remote_client import ListenServer, RpcClient, make_token, ws_client
+from tests.support.remote_client import (
+    ListenServer,
+    RpcClient,
+    make_token,
+    running_server,
+    ws_client,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -158,10 +164,8 @@ class StalledClient:
 async def test_a_client_that_does_not_read_is_cut_off_and_others_are_unaffected(
     tmp_path: Path,
 ) -> None:
-    server = ListenServer(tmp_path, "--send-buffer-bytes", str(1024 * 1024))
-    secret = make_token(server.db, "tests")
-    server.start()
-    try:
+    with running_server(tmp_path, "--send-buffer-bytes", str(1024 * 1024)) as server:
+        secret = server.secret
         async with ws_client(server.ws_url, secret) as reader:
             await reader.initialize()
             sid = await reader.new_session(str(tmp_path))
@@ -190,8 +194,6 @@ async def test_a_client_that_does_not_read_is_cut_off_and_others_are_unaffected(
             assert reader.text(sid).endswith("Echo: still here")
             assert server.stderr().count("cut off") == 1
             slow.close()
-    finally:
-        server.stop()
 
 
 async def test_a_cancel_from_another_client_ends_the_running_turn(
@@ -217,10 +219,7 @@ async def test_an_unanswered_permission_request_ends_cancelled_after_ask_timeout
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[permissions]\nask_timeout_s = 1\n")
-    server = ListenServer(tmp_path, "--config", str(config))
-    server.secret = make_token(server.db, "tests")
-    server.start()
-    try:
+    with running_server(tmp_path, "--config", str(config)) as server:
         async with ws_client(server.ws_url, server.secret, permission="ignore") as a:
             await a.initialize()
             sid = await a.new_session(str(tmp_path))
@@ -229,8 +228,6 @@ async def test_an_unanswered_permission_request_ends_cancelled_after_ask_timeout
             assert len(a.permission_requests) == 1
             assert "permission: cancelled" in a.text(sid)
             assert a.withdrawn == [a.permission_requests[0]["id"]]
-    finally:
-        server.stop()
 
 
 async def test_two_answers_at_once_one_wins_by_compare_and_set_in_the_store(

@@ -14,7 +14,7 @@ import pytest
 import trustme
 import websockets
 
-from tests.support.remote_client import ListenServer, make_token, ws_client
+from tests.support.remote_client import ListenServer, make_token, running_server, ws_client
 
 pytestmark = pytest.mark.anyio
 
@@ -51,10 +51,8 @@ async def test_metrics_need_a_token_and_the_access_log_names_the_token_not_its_s
 
 
 async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path) -> None:
-    server = ListenServer(tmp_path, "--grace", "30")
-    secret = make_token(server.db, "tests")
-    server.start()
-    try:
+    with running_server(tmp_path, "--grace", "30") as server:
+        secret = server.secret
         async with ws_client(server.ws_url, secret) as client:
             await client.initialize()
             sid = await client.new_session(str(tmp_path))
@@ -68,17 +66,13 @@ async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path)
             assert len(chunks) == 40
         code = await asyncio.to_thread(server.proc.wait, 60)
         assert code == 0
-    finally:
-        server.stop()
 
 
 async def test_sigterm_past_the_grace_period_interrupts_the_turn_and_records_it(
     tmp_path: Path,
 ) -> None:
-    server = ListenServer(tmp_path, "--grace", "0.5")
-    secret = make_token(server.db, "tests")
-    server.start()
-    try:
+    with running_server(tmp_path, "--grace", "0.5") as server:
+        secret = server.secret
         async with ws_client(server.ws_url, secret) as client:
             await client.initialize()
             sid = await client.new_session(str(tmp_path))
@@ -96,8 +90,6 @@ async def test_sigterm_past_the_grace_period_interrupts_the_turn_and_records_it(
                 "_acpctl/outcome", {"sessionId": sid, "idempotencyKey": "k"}
             )
             assert found["state"] == "interrupted"
-    finally:
-        server.stop()
 
 
 def test_listening_beyond_loopback_without_tls_is_refused(tmp_path: Path) -> None:
@@ -149,10 +141,8 @@ async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path) -> None
 async def test_connections_past_the_limit_are_refused_503_until_one_leaves(
     tmp_path: Path,
 ) -> None:
-    server = ListenServer(tmp_path, "--max-connections", "2")
-    secret = make_token(server.db, "tests")
-    server.start()
-    try:
+    with running_server(tmp_path, "--max-connections", "2") as server:
+        secret = server.secret
         async with ws_client(server.ws_url, secret) as a, ws_client(server.ws_url, secret) as b:
             await a.initialize()
             await b.initialize()
@@ -176,5 +166,3 @@ async def test_connections_past_the_limit_are_refused_503_until_one_leaves(
                 except websockets.InvalidStatus as exc:
                     assert exc.response.status_code == 503
                     await asyncio.sleep(0.1)
-    finally:
-        server.stop()
