@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
+from control_plane.config import default_db_path
 from control_plane.subagents.credentials import BridgeCredentials
 from control_plane.subagents.rules import socket_path
 from control_plane.subagents.server import SubagentBridge
@@ -34,8 +35,10 @@ def assemble(
     store = Store.open(path, options)
     settings = settings or RuntimeSettings()
     if settings.log_dir == RuntimeSettings().log_dir:
-        # Agent stderr logs live next to the store unless configured otherwise.
-        log_dir = os.path.join(os.path.dirname(store.path), "agent-logs")
+        # Agent stderr logs live next to the store file unless configured otherwise (with
+        # PostgreSQL: in this machine's data directory, where a local store would be).
+        base = store.path if store.location.is_file else default_db_path()
+        log_dir = os.path.join(os.path.dirname(base), "agent-logs")
         settings = replace(settings, log_dir=log_dir)
     loop: ProtocolLoop | None = None
     try:

@@ -22,7 +22,7 @@ from store import AsyncReader, CommandRecord, EventRecord, SessionRecord, SpawnR
 class AsyncControlPlane:
     def __init__(self, sync: ControlPlane) -> None:
         self.sync = sync
-        self._reader = AsyncReader(sync.store_path)
+        self._reader = AsyncReader(sync.store_location)
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str], **kwargs: Any) -> AsyncControlPlane:

@@ -179,18 +179,14 @@ class AgentConfig(_Strict):
 
 
 def store_file(value: str) -> str:
-    """``--db`` / ``db``: a SQLite file path (``sqlite:///PATH`` is taken as PATH). Any other
-    URL is refused: it used to become a local directory named after the scheme, and the run
-    "succeeded" on a SQLite file in it."""
-    scheme, sep, rest = value.partition("://")
-    if not sep or not scheme or not scheme.replace("+", "").isalnum():
-        return value
-    if scheme.lower() in ("sqlite", "sqlite+pysqlite") and rest.startswith("/"):
-        return rest
-    raise ValueError(
-        f"db {value!r}: {scheme}:// stores are not supported by this release; the store is a "
-        "SQLite file: give its path (or sqlite:///PATH)"
-    )
+    """``--db`` / ``db``: a SQLite file path (``sqlite:///PATH`` is taken as PATH) or a
+    ``postgresql://`` URL (store/location.py). Any other URL is refused: it used to become a
+    local directory named after the scheme, and the run "succeeded" on a SQLite file in it."""
+    if "://" not in value:
+        return value  # a path: no need to import the store (the CLI starts without it)
+    from store.location import check_db_value
+
+    return check_db_value(value)  # UnsupportedLocation is a ValueError
 
 
 def default_db_path() -> str:
@@ -221,8 +217,26 @@ class Config(_Strict):
         return store_file(value)
 
     @property
+    def db_is_url(self) -> bool:
+        """A PostgreSQL URL rather than a SQLite file (the validator turned ``sqlite:///``
+        URLs into paths and refused every other scheme)."""
+        return "://" in self.db
+
+    @property
     def db_path(self) -> Path:
-        return Path(os.path.expanduser(self.db))
+        """The SQLite file (for a PostgreSQL URL: where a local store would be)."""
+        return Path(os.path.expanduser(default_db_path() if self.db_is_url else self.db))
+
+    @property
+    def db_target(self) -> str:
+        """What ``Store.open`` takes: the expanded file path, or the URL."""
+        return self.db if self.db_is_url else str(self.db_path)
+
+    def prepared_db(self) -> str:
+        """``db_target``, with the directory the store (or, with PostgreSQL, this machine's
+        agent logs) lives in created."""
+        self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        return self.db_target
 
     def store_options(self) -> StoreOptions:
         from store import StoreOptions, Synchronous

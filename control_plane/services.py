@@ -18,6 +18,7 @@ from state_machines import StoreError
 from store import EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionCommit
 from store.hashing import command_hash
+from store.location import StoreLocation
 from store.ops import budgets
 from store.ops import permissions as permission_ops
 from store.tokens import TokenRecord
@@ -51,7 +52,12 @@ class FrontEndServices:
 
     @property
     def store_path(self) -> str:
+        """The store's file, or its PostgreSQL URL with the password masked."""
         return self._store.path
+
+    @property
+    def store_location(self) -> StoreLocation:
+        return self._store.location
 
     def run_on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run ``coro`` on the protocol loop (where agent connections live) and wait for

@@ -1,4 +1,5 @@
-"""Read access for asyncio callers through SQLAlchemy's ``sqlite+aiosqlite`` driver.
+"""Read access for asyncio callers through SQLAlchemy's asyncio extension (``aiosqlite``, or
+psycopg 3 for PostgreSQL).
 
 Only reads: measured here, the async write path managed 400-600 single-row transactions/s,
 far below the group-commit writer. Tailing a session's log polls after the last seen seq;
@@ -20,15 +21,23 @@ from state_machines.event_kinds import EventKind
 from store import queries
 from store.driver_errors import damage_as_store_error
 from store.engine import async_url
+from store.location import Backend, StoreLocation, locate
 from store.records import EventRecord, SessionRecord
 from store.rows import event_from_row, session_from_row
 from store.schema import sessions
 
 
 class AsyncReader:
-    def __init__(self, path: str, busy_timeout_ms: int = 1000) -> None:
-        self._path = path
-        self._engine: AsyncEngine = create_async_engine(async_url(path))
+    """Reads on an asyncio loop, from a SQLite file (aiosqlite) or PostgreSQL (psycopg's
+    async connection)."""
+
+    def __init__(self, location: str | StoreLocation, busy_timeout_ms: int = 1000) -> None:
+        where = locate(location) if isinstance(location, str) else location
+        self._path = where.display
+        if where.backend is Backend.POSTGRESQL:
+            self._engine: AsyncEngine = create_async_engine(where.target, pool_pre_ping=True)
+            return
+        self._engine = create_async_engine(async_url(where.target))
 
         @event.listens_for(self._engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:

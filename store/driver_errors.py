@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from sqlalchemy.exc import DatabaseError
 
 from state_machines.errors import StoreDamaged, StoreError, StoreUnavailable
-from store.retry import is_locked_error
+from store.retry import is_locked_error, pg_error, pg_sqlstate
 
 _DAMAGE = ("malformed", "file is not a database", "database corrupt")
 
@@ -73,10 +73,28 @@ def own_copy(error: StoreError) -> StoreError:
     return copy
 
 
+def is_disconnect(exc: BaseException) -> bool:
+    """PostgreSQL: the connection itself is gone or unusable (server restart, network cut,
+    the server ending an idle transaction). The writer replaces it before the next group."""
+    error = pg_error(exc)
+    if error is None:
+        return False
+    state: str | None = getattr(error, "sqlstate", None)
+    if state is None:  # raised by the client library: no server answer at all
+        return type(error).__name__ in ("OperationalError", "InterfaceError")
+    # 08: connection exception; 57P0x: server shutting down or crashed; 25P03: the server
+    # ended our idle transaction.
+    return state.startswith("08") or state.startswith("57P") or state == "25P03"
+
+
 def is_connection_level(exc: BaseException) -> bool:
     """Errors that doom the whole transaction (lock, I/O), as opposed to one write's error."""
-    if is_locked_error(exc) or is_damage(exc):
+    if is_locked_error(exc) or is_damage(exc) or is_disconnect(exc):
         return True
+    state = pg_sqlstate(exc)
+    if state is not None:
+        # 53: out of disk, memory or connections; 58: I/O error on the server.
+        return state.startswith("53") or state.startswith("58")
     text = str(exc).lower()
     return "disk i/o error" in text or "database or disk is full" in text
 

@@ -12,10 +12,10 @@ from the Core tables in ``store/schema.py``, so the two cannot drift apart.
 from __future__ import annotations
 
 import operator
-import sqlite3
 from typing import Any
 
 from state_machines import COMMAND_MACHINE, CommandEvent, CommandState, SessionState
+from store.raw import RawConnection
 from store.records import CommandKind, CommandRecord, EventRecord, utc
 from store.schema import commands, events
 
@@ -144,7 +144,7 @@ def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
     )
 
 
-def fetch_command(raw: sqlite3.Connection, command_id: str) -> tuple[Any, ...] | None:
+def fetch_command(raw: RawConnection, command_id: str) -> tuple[Any, ...] | None:
     row: tuple[Any, ...] | None = raw.execute(COMMAND_BY_ID, (command_id,)).fetchone()
     return row
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from state_machines.errors import StoreError
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+    from store.location import StoreLocation
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every revision this release can migrate from, oldest first; the last one is the head.
@@ -48,32 +50,53 @@ def head_revision() -> str:
 def current_revision(engine: Engine) -> str | None:
     """The store's revision from Alembic's version table (None for a new, empty file)."""
     with engine.connect() as conn:
-        try:
-            row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
-        except OperationalError as exc:
-            if "no such table" in str(exc):
-                return None
-            raise
+        return _revision_on(conn)
+
+
+def _revision_on(conn: Connection) -> str | None:
+    if conn.dialect.name == "postgresql":
+        # A failed statement would abort the migration's transaction: ask the catalog.
+        if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
+            return None
+    try:
+        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    except OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
     return None if row is None else str(row[0])
 
 
-def upgrade_to_head(write_engine: Engine, read_engine: Engine) -> None:
-    """Check the revision on a reader (no write lock needed when already at head), then
-    migrate on the writer connection."""
-    current = current_revision(read_engine)
-    if current == HEAD_REVISION:
-        return
+def _refuse_newer(current: str | None, path: str | None) -> None:
     if current is not None and current not in KNOWN_REVISIONS:
-        path = write_engine.url.database
         raise SchemaTooNew(
             f"cannot open store {path}: its schema is at revision {current!r}, newer than "
             f"this release knows (up to {HEAD_REVISION!r}); open it with the release that "
             "wrote it, or a newer one",
             path=path,
         )
+
+
+# Any fixed number: the key of the advisory lock every node takes to migrate.
+_MIGRATION_LOCK = 0x616370637472  # "acpctr"
+
+
+def upgrade_to_head(
+    write_engine: Engine, read_engine: Engine, location: StoreLocation | None = None
+) -> None:
+    """Check the revision on a reader (no write lock needed when already at head), then
+    migrate on the writer connection (SQLite) or under an advisory lock (PostgreSQL)."""
+    current = current_revision(read_engine)
+    if current == HEAD_REVISION:
+        return
+    display = location.display if location is not None else write_engine.url.database
+    _refuse_newer(current, display)
     from alembic import command
 
     config = _config()
+    if location is not None and not location.is_file:
+        _upgrade_postgres(location, config)
+        return
     with write_engine.connect() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
@@ -85,3 +108,26 @@ def upgrade_to_head(write_engine: Engine, read_engine: Engine) -> None:
             raw.driver_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[union-attr]
         finally:
             raw.close()
+
+
+def _upgrade_postgres(location: StoreLocation, config: Config) -> None:
+    """Several nodes may open a new database at once: each takes the same advisory lock,
+    and the one that gets it second finds the schema at head (its READ COMMITTED
+    transaction sees the first one's commit) and migrates nothing. PostgreSQL's DDL is
+    transactional: a migration that fails leaves no half-made schema."""
+    from alembic import command
+
+    from store.pg_engine import migration_engine
+
+    engine = migration_engine(location.target)
+    try:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+            current = _revision_on(conn)
+            if current == HEAD_REVISION:
+                return
+            _refuse_newer(current, location.display)
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    finally:
+        engine.dispose()

@@ -1,4 +1,5 @@
-"""``Store``: the durable state of a control plane in one SQLite file.
+"""``Store``: the durable state of a control plane, in one SQLite file (the embedded
+default) or one PostgreSQL database (shared by several control-plane nodes).
 
 Writes go through the group-commit writer (one thread, one connection); reads use a pool of
 reader connections from any thread. Every public write method blocks until the transaction
@@ -8,13 +9,12 @@ holding it has committed (with ``synchronous=FULL``: until it is on disk).
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
@@ -26,8 +26,10 @@ from store.driver_errors import as_damaged, is_damage
 from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
 from store.feed import FeedListener, SessionFeeds
 from store.integrity import IntegrityCheck, check_database_file
+from store.location import Backend, StoreLocation, locate
 from store.migrate import upgrade_to_head
 from store.ownership import this_owner
+from store.raw import RawConnection, raw_of
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -63,10 +65,19 @@ class StoreOptions:
 
 
 class Store:
-    """See the module docstring. Use ``Store.open(path)``; close with ``close()`` or ``with``."""
+    """See the module docstring. Use ``Store.open(path or URL)``; close with ``close()`` or
+    ``with``."""
 
-    def __init__(self, path: str, options: StoreOptions, write_engine: Engine, read_engine: Engine):
-        self.path = path
+    def __init__(
+        self,
+        location: StoreLocation,
+        options: StoreOptions,
+        write_engine: Engine,
+        read_engine: Engine,
+    ):
+        self.location = location
+        # What every message names: the file, or the URL with its password masked.
+        self.path = location.display
         self.options = options
         self._write_engine = write_engine
         self._read_engine = read_engine
@@ -76,19 +87,34 @@ class Store:
         self._feeds = SessionFeeds()
         # Minted when the store was created; event ids are unique within it (see 0007).
         self.identity = ""
+        if location.backend is Backend.POSTGRESQL:
+            from store.pg_engine import WRITE_BEGIN
+
+            begin_sql, watch_file = WRITE_BEGIN, False
+        else:
+            begin_sql, watch_file = "BEGIN IMMEDIATE", True
         self._writer = GroupCommitWriter(
-            write_engine, path, options.lock_timeout_s, on_commit=self._notify
+            write_engine,
+            self.path,
+            options.lock_timeout_s,
+            on_commit=self._notify,
+            begin_sql=begin_sql,
+            watch_file=watch_file,
         )
+
+    @property
+    def backend(self) -> Backend:
+        return self.location.backend
 
     @classmethod
     def open(cls, path: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
+        """Open (creating and migrating as needed) the store at a SQLite file path or a
+        ``postgresql://`` URL."""
         options = options or StoreOptions()
-        if "://" in os.fspath(path):
-            raise StoreError(
-                f"{os.fspath(path)!r} is a URL; the store is a SQLite file: give its path",
-                path=os.fspath(path),
-            )
-        path = os.path.abspath(os.fspath(path))
+        location = locate(path)  # UnsupportedLocation (a StoreError) for other schemes
+        if location.backend is Backend.POSTGRESQL:
+            return cls._open_postgres(location, options)
+        path = location.target
         parent = os.path.dirname(path)
         if not os.path.isdir(parent):
             raise StoreError(f"directory {parent} does not exist; create it first", path=path)
@@ -127,7 +153,45 @@ class Store:
             if isinstance(exc, (OperationalError, DatabaseError)):
                 raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
             raise
-        store = cls(path, options, write_engine, read_engine)
+        store = cls(location, options, write_engine, read_engine)
+        store.identity = store.read(queries.store_identity)
+        return store
+
+    @classmethod
+    def _open_postgres(cls, location: StoreLocation, options: StoreOptions) -> Store:
+        try:
+            import psycopg  # noqa: F401  (the optional ``postgres`` extra)
+        except ImportError:
+            raise StoreError(
+                f"cannot open {location.display}: PostgreSQL needs psycopg 3; install "
+                "acp-control-plane[postgres]",
+                path=location.display,
+            ) from None
+        from store import pg_engine
+
+        settings = EngineSettings(
+            synchronous=options.synchronous,
+            busy_timeout_ms=max(options.busy_timeout_ms, 1000),
+            read_pool_size=options.read_pool_size,
+        )
+        write_engine = pg_engine.make_write_engine(location.target, settings)
+        read_engine = pg_engine.make_read_engine(location.target, settings)
+        try:
+            retry_on_lock(
+                lambda: upgrade_to_head(write_engine, read_engine, location),
+                options.lock_timeout_s,
+                location.display,
+            )
+        except BaseException as exc:
+            write_engine.dispose()
+            read_engine.dispose()
+            if isinstance(exc, (OperationalError, DatabaseError)):
+                raise StoreError(
+                    f"cannot open store {location.display}: {exc.orig or exc}",
+                    path=location.display,
+                ) from exc
+            raise
+        store = cls(location, options, write_engine, read_engine)
         store.identity = store.read(queries.store_identity)
         return store
 
@@ -163,7 +227,7 @@ class Store:
 
         return self._reading(attempt)
 
-    def read_raw(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def read_raw(self, fn: Callable[[RawConnection], T]) -> T:
         """Run ``fn`` on a pooled reader's driver connection, outside any transaction: for
         the hot paths' single fixed-SQL statements (each one reads one committed snapshot),
         at a fraction of a Core query's cost."""
@@ -171,7 +235,7 @@ class Store:
         def attempt() -> T:
             fairy = self._read_engine.raw_connection()
             try:
-                return fn(cast(sqlite3.Connection, fairy.driver_connection))
+                return fn(raw_of(fairy.driver_connection))
             finally:
                 fairy.close()
 
@@ -180,7 +244,7 @@ class Store:
     def _reading(self, attempt: Callable[[], T]) -> T:
         try:
             return retry_on_lock(attempt, self.options.lock_timeout_s, self.path)
-        except (DatabaseError, sqlite3.DatabaseError) as exc:
+        except Exception as exc:
             if not is_damage(exc):
                 raise
             damaged = as_damaged(exc, self.path)

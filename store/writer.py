@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,8 +32,10 @@ from store.driver_errors import (
     as_unavailable,
     is_connection_level,
     is_damage,
+    is_disconnect,
     own_copy,
 )
+from store.raw import RawConnection, raw_for
 from store.retry import retry_on_lock
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,10 @@ class WriteContext:
 
     __slots__ = ("_hooks", "appended", "conn", "finished_records", "raw")
 
-    def __init__(self, conn: Connection, raw: sqlite3.Connection | None = None) -> None:
+    def __init__(self, conn: Connection, raw: RawConnection | None = None) -> None:
         self.conn = conn
         # The driver connection inside the same transaction (for the fixed hot-path SQL).
-        self.raw: sqlite3.Connection = (
-            raw if raw is not None else cast(sqlite3.Connection, conn.connection.driver_connection)
-        )
+        self.raw: RawConnection = raw if raw is not None else raw_for(conn)
         self._hooks: list[Callable[[], None]] = []
         # What this write appended and finished; listeners and session feeds are told after
         # the commit (``Commit``). One entry per append, ``(session_id, first seq,
@@ -175,8 +174,13 @@ class GroupCommitWriter:
         lock_timeout_s: float,
         on_commit: Callable[[Commit], None] | None = None,
         max_batch: int = 512,
+        begin_sql: str = "BEGIN IMMEDIATE",
+        watch_file: bool = True,
     ) -> None:
         self._engine = engine
+        self._begin_sql = begin_sql
+        # SQLite: the file is checked before each group (deleted or replaced under us?).
+        self._watch_file = watch_file
         self._on_commit = on_commit
         self._path = path
         self._lock_timeout_s = lock_timeout_s
@@ -230,7 +234,8 @@ class GroupCommitWriter:
     def _run(self) -> None:
         with self._engine.connect() as conn:
             # The file exists once the driver is connected (SQLite creates it on open).
-            self._identity = _file_identity(self._path)
+            if self._watch_file:
+                self._identity = _file_identity(self._path)
             stopping = False
             while not stopping:
                 first = self._queue.get()
@@ -259,10 +264,15 @@ class GroupCommitWriter:
         began = time.perf_counter()
         try:
             outcomes, hooks, commit = retry_on_lock(
-                lambda: self._run_transaction(conn, live), self._lock_timeout_s, self._path
+                lambda: self._run_transaction(conn, live, self._begin_sql),
+                self._lock_timeout_s,
+                self._path,
             )
         except BaseException as exc:
             telemetry.WRITES_REFUSED.inc(len(live))
+            if is_disconnect(exc):
+                # PostgreSQL: the next group gets a new connection (the pool reconnects).
+                conn.invalidate()
             if is_damage(exc):
                 damaged = as_damaged(exc, self._path)
                 self.refuse_for_good(damaged)
@@ -318,30 +328,30 @@ class GroupCommitWriter:
 
     @staticmethod
     def _run_transaction(
-        conn: Connection, batch: list[_Request[Any]]
+        conn: Connection, batch: list[_Request[Any]], begin_sql: str
     ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit]:
         """Run the batch in one transaction. Optimistically without savepoints (each costs
         as much as a small write); if any write raises, roll back and run the batch again
         with a savepoint around each write, so only the failing ones are undone."""
-        result = GroupCommitWriter._attempt(conn, batch, isolate=False)
+        result = GroupCommitWriter._attempt(conn, batch, begin_sql, isolate=False)
         if result is None:
-            result = GroupCommitWriter._attempt(conn, batch, isolate=True)
+            result = GroupCommitWriter._attempt(conn, batch, begin_sql, isolate=True)
             assert result is not None
         return result
 
     @staticmethod
     def _attempt(
-        conn: Connection, batch: list[_Request[Any]], isolate: bool
+        conn: Connection, batch: list[_Request[Any]], begin_sql: str, isolate: bool
     ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit] | None:
         outcomes: list[tuple[bool, Any]] = []
         hooks: list[Callable[[], None]] = []
         commit = Commit()
         lone = len(batch) == 1
-        raw = cast(sqlite3.Connection, conn.connection.driver_connection)
+        raw = raw_for(conn)
         # BEGIN/COMMIT straight on the driver: SQLAlchemy's begin/commit path costs ~5x the
         # statements themselves. Core statements inside autobegin on the same connection
         # (see store/engine.py), and SQLAlchemy's bookkeeping is reset below.
-        raw.execute("BEGIN IMMEDIATE")
+        raw.execute(begin_sql)
         try:
             for req in batch:
                 ctx = WriteContext(conn, raw)
@@ -369,13 +379,17 @@ class GroupCommitWriter:
                     commit.add(ctx)
             if raw.in_transaction:
                 raw.execute("COMMIT")
-        except BaseException:
-            if raw.in_transaction:
+        except BaseException as exc:
+            if raw.in_transaction and not is_disconnect(exc):
                 raw.execute("ROLLBACK")
             raise
         finally:
             if conn.in_transaction():
-                conn.rollback()  # only SQLAlchemy's bookkeeping: the driver is done
+                try:
+                    conn.rollback()  # only SQLAlchemy's bookkeeping: the driver is done
+                except Exception as exc:
+                    if not is_disconnect(exc):
+                        raise
         return outcomes, hooks, commit
 
 

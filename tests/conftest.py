@@ -3,14 +3,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+import psycopg
 import pytest
 
 from store import AgentSpec, Store
 from tests.support.agent_harness import AgentHarness
+from tests.support.postgres import MISSING_REASON, PostgresServer, find_server_binaries
 
 T = TypeVar("T")
 
@@ -25,12 +28,60 @@ AGENT = AgentSpec(name="test-agent", command=(sys.executable, "-c", "pass"))
 
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
+    """A SQLite store file, for the tests about the file itself (bad files, faults, WAL)."""
     return tmp_path / "cp.db"
 
 
+# Every test that takes ``db`` (or ``store``) runs once per backend.
+BACKENDS = ("sqlite", "postgresql")
+_TEMPLATE = "acpctl_template"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One PostgreSQL server per test process (each xdist worker its own), started from the
+    machine's server binaries in a temporary directory; a database migrated to head is kept
+    as the template every test's database is copied from (a copy costs a fraction of a
+    migration)."""
+    bin_dir = find_server_binaries()
+    if bin_dir is None:
+        if os.environ.get("ACPCTL_POSTGRES") == "required":
+            pytest.fail(f"ACPCTL_POSTGRES=required, and {MISSING_REASON}")
+        pytest.skip(MISSING_REASON)
+    server = PostgresServer(bin_dir)
+    server.start()
+    try:
+        Store.open(server.create_database(_TEMPLATE)).close()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store to open, once per backend: a SQLite file path, or the URL of a new
+    PostgreSQL database of its own (with a store identity of its own)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "cp.db")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create_database(template=_TEMPLATE)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE store_identity SET id = %s", (uuid.uuid4().hex,))
+    return url
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Like ``db``, but nothing in it yet: the first open migrates it from nothing."""
+    if request.param == "sqlite":
+        return str(tmp_path / "cp.db")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server.create_database()
+
+
 @pytest.fixture
-def store(db_path: Path) -> Iterator[Store]:
-    s = Store.open(db_path)
+def store(db: str) -> Iterator[Store]:
+    s = Store.open(db)
     try:
         yield s
     finally:

@@ -116,14 +116,14 @@ def errors_as_exit() -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
-def _store_location(ctx: Context, must_exist: bool) -> tuple[Config, Path]:
-    """The configuration and its store path; exit 2 when the store must exist and does not
-    (nothing is created)."""
+def _store_location(ctx: Context, must_exist: bool) -> tuple[Config, str]:
+    """The configuration and its store (file path or PostgreSQL URL); exit 2 when a store
+    file must exist and does not (nothing is created). A PostgreSQL database is created by
+    its administrator; connecting to one that is missing fails with the server's answer."""
     config = ctx.config()
-    db = config.db_path
-    if must_exist and not db.exists():
-        fail(f"no store at {db}; pass --db or set ACPCTL_DB")
-    return config, db
+    if must_exist and not config.db_is_url and not config.db_path.exists():
+        fail(f"no store at {config.db_path}; pass --db or set ACPCTL_DB")
+    return config, config.prepared_db()
 
 
 @contextmanager
@@ -132,7 +132,6 @@ def opened(ctx: Context, run_sessions: bool, **settings: Any) -> Iterator[Contro
     commands use ``opened_store``): ``run_sessions=False`` runs no agents, but deliveries
     resume as in any process that opens the control plane."""
     config, db = _store_location(ctx, must_exist=not run_sessions)
-    db.parent.mkdir(parents=True, exist_ok=True)
     from control_plane.api import ControlPlane
 
     cp = ControlPlane.open(
@@ -154,7 +153,6 @@ def opened_store(ctx: Context, create: bool = False) -> Iterator[Store]:
     sessions or sinks. Missing store: exit 2, nothing created (``create``: created, for the
     commands that come before any session, like ``tokens create``)."""
     config, db = _store_location(ctx, must_exist=not create)
-    db.parent.mkdir(parents=True, exist_ok=True)
     from store import Store
 
     store = Store.open(db, config.store_options())

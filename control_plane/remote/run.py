@@ -84,8 +84,7 @@ async def serve_listen(
     permissions = PermissionRouter(config.permissions.ask_timeout_s)
     permissions.loop = loop
     settings = config.runtime_settings(ask=permissions.ask, prestarted=backend)
-    db = config.db_path
-    db.parent.mkdir(parents=True, exist_ok=True)
+    db = config.prepared_db()
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
     permissions.bind(cp)
     hub = Hub(cp, agent, config.queue_mode.value, permissions, options.limits)

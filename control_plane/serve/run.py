@@ -35,8 +35,7 @@ async def serve(
     front_loop = asyncio.get_running_loop()
     bridge = UpstreamClient(front_loop)
     settings = config.runtime_settings(ask=bridge.ask, fs_forward=bridge, prestarted=backend)
-    db = config.db_path
-    db.parent.mkdir(parents=True, exist_ok=True)
+    db = config.prepared_db()
     cp = await asyncio.to_thread(ControlPlane.open, db, config.store_options(), settings)
     metrics: MetricsServer | None = None
     try:

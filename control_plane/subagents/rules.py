@@ -33,7 +33,7 @@ def socket_path(store_path: str, pid: int | None = None) -> str:
     bytes), else in the temp dir; the pid keeps two processes on one store apart."""
     pid = os.getpid() if pid is None else pid
     beside = f"{store_path}.{pid}.sock"
-    if len(beside.encode()) < 100:
+    if "://" not in store_path and len(beside.encode()) < 100:  # a URL: no directory
         return beside
     digest = hashlib.sha256(store_path.encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"acpctl-{digest}.{pid}.sock")

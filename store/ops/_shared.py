@@ -29,6 +29,7 @@ from state_machines.errors import (
 )
 from store import hot_sql as hot
 from store.hashing import canonical_payload
+from store.raw import RawConnection, raw_for
 from store.records import (
     CommandKind,
     CommandRecord,
@@ -49,8 +50,8 @@ def compact_json(value: Any) -> str:
 _SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool], str] = {}
 
 
-def driver_of(conn: Connection) -> Any:
-    return conn.connection.driver_connection
+def driver_of(conn: Connection) -> RawConnection:
+    return raw_for(conn)
 
 
 def transition_session(

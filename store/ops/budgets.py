@@ -17,13 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func
-from sqlalchemy.dialects.sqlite import insert
-
 from state_machines import SessionState
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
 from store import queries, telemetry
+from store.dialect_sql import greatest, upsert
 from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import append_events
 from store.records import NewEvent
@@ -85,7 +83,7 @@ def _add(
         "updated_at": now,
     }
     table = session_usage.c
-    statement = insert(session_usage).values(**values)
+    statement = upsert(ctx.conn, session_usage).values(**values)
     set_: dict[str, Any] = {
         "input_tokens": table.input_tokens + usage.input_tokens,
         "output_tokens": table.output_tokens + usage.output_tokens,
@@ -94,7 +92,7 @@ def _add(
         "updated_at": now,
     }
     if cost is not None:
-        set_["cost_usd"] = func.max(statement.excluded.cost_usd, table.cost_usd)
+        set_["cost_usd"] = greatest(ctx.conn, statement.excluded.cost_usd, table.cost_usd)
     ctx.conn.execute(statement.on_conflict_do_update(index_elements=["session_id"], set_=set_))
 
 

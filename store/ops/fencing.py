@@ -18,6 +18,7 @@ from state_machines.errors import (
 from store import queries
 from store.ops.recovery import recover_sessions
 from store.ownership import owner_alive
+from store.raw import raw_for
 from store.schema import commands, sessions
 from store.writer import WriteContext
 
@@ -80,9 +81,7 @@ def spare_attempts(
 
 def check_epoch(conn: Connection, session_id: str, epoch: int) -> None:
     """Refuse a write from an owner that lost the session (run first in its transaction)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    row = raw.execute("SELECT epoch FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    row = raw_for(conn).execute("SELECT epoch FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if row is None:
         raise SessionNotFound(session_id)
     if row[0] != epoch:

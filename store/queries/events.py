@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, Select, func, select
 
 from state_machines.event_kinds import EventKind
+from store.dialect_sql import json_text
 from store.records import BindingRecord, EventRecord
 from store.rows import binding_from_row, event_from_row
 from store.schema import bindings, delivery_checkpoints, events, sessions
@@ -116,7 +117,7 @@ def announced(conn: Connection, parent_id: str, command_id: str) -> bool:
         .where(
             events.c.session_id == parent_id,
             events.c.kind == EventKind.ANNOUNCE,
-            func.json_extract(events.c.payload, "$.commandId") == command_id,
+            json_text(conn, events.c.payload, "commandId") == command_id,
         )
     ).scalar_one()
     return bool(count)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
 from state_machines import CommandState, SessionNotFound, SessionState
 from store.ownership import owner_alive
+from store.raw import RawConnection
 from store.records import SessionRecord
 from store.rows import session_from_row
 from store.schema import agent_capabilities as agent_capabilities_table
@@ -152,7 +152,7 @@ def sessions_with_work(conn: Connection, me: str) -> list[str]:
     return [r.id for r in rows if free(r.owner)]
 
 
-def siblings_running(raw: sqlite3.Connection, session_id: str) -> int:
+def siblings_running(raw: RawConnection, session_id: str) -> int:
     """How many other children of this session's parent are in a turn (0 without a parent);
     on a driver connection (``Store.read_raw``): it runs before every child's agent start."""
     parent = raw.execute("SELECT parent_id FROM sessions WHERE id = ?", (session_id,)).fetchone()

@@ -28,8 +28,8 @@ def _tree_pids(marker: bytes) -> list[int]:
     return live_pids("environ", marker + b"\0")
 
 
-def _marker_of(work: Path, session_id: str) -> bytes:
-    with Store.open(work / "cp.db") as store:
+def _marker_of(db: str, session_id: str) -> bytes:
+    with Store.open(db) as store:
         tree = store.get_session(session_id).agent_process
     assert tree is not None, "the agent's tree is recorded with the session"
     return f"{MARKER_ENV}={tree['reaperPid']}.{tree['reaperStart']}".encode()
@@ -38,9 +38,10 @@ def _marker_of(work: Path, session_id: str) -> bytes:
 @pytest.mark.timeout(120)
 def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effects(
     tmp_path: Path,
+    db: str,
 ) -> None:
     driver = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.tree_driver", str(tmp_path), str(DELAY_S)],
+        [sys.executable, "-m", "tests.support.tree_driver", str(tmp_path), str(DELAY_S), db],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -49,7 +50,7 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
         line = driver.stdout.readline().split()
         assert line and line[0] == "running", line
         session_id = line[1]
-        marker = _marker_of(tmp_path, session_id)
+        marker = _marker_of(db, session_id)
         assert len(_tree_pids(marker)) >= 4  # the agent, two shells and their sleeps
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
@@ -64,7 +65,7 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
     assert not (tmp_path / "side-effect.txt").exists(), "a leftover finished its side effect"
 
     # A restart restores the session; the next prompt runs.
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         follow = cp.prompt(session_id, "after the crash", idempotency_key="next")
         assert cp.wait(follow.id, 60).state is CommandState.COMPLETED
         hung = [c for c in cp.commands(session_id) if c.id != follow.id]
@@ -72,8 +73,8 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
 
 
 @pytest.mark.timeout(120)
-def test_closing_a_session_kills_its_agent_tree(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_closing_a_session_kills_its_agent_tree(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(tree_agent(tmp_path, DELAY_S), tmp_path, "hello")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 60).state is CommandState.COMPLETED
@@ -93,10 +94,11 @@ def test_closing_a_session_kills_its_agent_tree(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 def test_a_leftover_tree_whose_reaper_was_sigkilled_is_killed_before_the_session_restarts(
     tmp_path: Path,
+    db: str,
 ) -> None:
     """The reaper cannot clean up after its own SIGKILL (the OOM killer, kill -9 of a whole
     process group): the next launch of the session kills what the record names."""
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(tree_agent(tmp_path, DELAY_S), tmp_path, "hello")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
@@ -116,6 +118,7 @@ def test_a_leftover_tree_whose_reaper_was_sigkilled_is_killed_before_the_session
 @pytest.mark.timeout(120)
 def test_an_agent_that_exits_mid_turn_ends_the_turn_although_a_child_holds_its_stdout(
     tmp_path: Path,
+    db: str,
 ) -> None:
     """The child inherited the agent's stdout: before the reaper, the pipe stayed open and
     the turn hung until its timeout. The reaper kills what the agent leaves when it exits."""
@@ -123,7 +126,7 @@ def test_an_agent_that_exits_mid_turn_ends_the_turn_although_a_child_holds_its_s
 
     agent = shlex.join([sys.executable, "-m", "protocol.example_agent"])
     spec = AgentSpec("leaky", ("sh", "-c", f"sleep 300 & exec {agent}"))
-    with open_cp(tmp_path, turn_timeout_s=90) as cp:
+    with open_cp(tmp_path, db=db, turn_timeout_s=90) as cp:
         spawned = cp.spawn(spec, tmp_path, "#crash")
         assert spawned.command is not None
         started = time.monotonic()

@@ -8,7 +8,7 @@ from control_plane import AsyncControlPlane, CommandState
 from tests.support.cp_harness import FAST, example_agent
 
 
-def test_async_control_plane_never_blocks_the_callers_loop(tmp_path: Path) -> None:
+def test_async_control_plane_never_blocks_the_callers_loop(tmp_path: Path, db: str) -> None:
     async def main() -> tuple[float, str, list[str]]:
         gaps: list[float] = []
         stop = asyncio.Event()
@@ -23,7 +23,7 @@ def test_async_control_plane_never_blocks_the_callers_loop(tmp_path: Path) -> No
 
         tick = asyncio.ensure_future(ticker())
         settings = FAST.__class__(**{**FAST.__dict__, "log_dir": str(tmp_path / "logs")})
-        async with await AsyncControlPlane.open(tmp_path / "cp.db", settings=settings) as cp:
+        async with await AsyncControlPlane.open(db, settings=settings) as cp:
             # A 2 s turn: a call that blocked the loop through it would leave a gap of 2 s or
             # more, well apart from the scheduling noise of a loaded 2-core machine (0.65 s
             # seen under CI with four workers).

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +11,13 @@ from store import AsyncReader, NewEvent, Store
 from tests.conftest import AGENT
 
 
-def test_async_reader_lists_sessions_and_reads_events_after_a_seq(
-    store: Store, db_path: Path
-) -> None:
+def test_async_reader_lists_sessions_and_reads_events_after_a_seq(store: Store, db: str) -> None:
     a = store.spawn(AGENT, "/a", None, None, "a").session.id
     store.spawn(AGENT, "/b", None, None, "b")
     store.append_events(a, None, [NewEvent("x", {"n": i}) for i in range(5)])
 
     async def main() -> tuple[list[str], list[int]]:
-        reader = AsyncReader(str(db_path))
+        reader = AsyncReader(db)
         try:
             sessions = await reader.list_sessions()
             events = await reader.events_after(a, after_seq=3)
@@ -33,7 +30,7 @@ def test_async_reader_lists_sessions_and_reads_events_after_a_seq(
     assert seqs == [4, 5, 6]
 
 
-def test_tail_follows_events_as_they_are_committed_until_close(store: Store, db_path: Path) -> None:
+def test_tail_follows_events_as_they_are_committed_until_close(store: Store, db: str) -> None:
     sid = store.spawn(AGENT, "/a", None, None, "a").session.id
 
     def writer() -> None:
@@ -43,7 +40,7 @@ def test_tail_follows_events_as_they_are_committed_until_close(store: Store, db_
         store.close_session(sid)
 
     async def main() -> list[str]:
-        reader = AsyncReader(str(db_path))
+        reader = AsyncReader(db)
         thread = threading.Thread(target=writer)
         thread.start()
         seen = [ev.kind async for ev in reader.tail(sid, after_seq=1, poll_interval_s=0.01)]
@@ -55,9 +52,9 @@ def test_tail_follows_events_as_they_are_committed_until_close(store: Store, db_
     assert kinds == ["tick"] * 20 + ["closed"]
 
 
-def test_tail_of_unknown_session_raises(db_path: Path, store: Store) -> None:
+def test_tail_of_unknown_session_raises(db: str, store: Store) -> None:
     async def main() -> None:
-        reader = AsyncReader(str(db_path))
+        reader = AsyncReader(db)
         try:
             async for _ in reader.tail("nope"):
                 pass

@@ -45,8 +45,9 @@ def _asker(cp: Any) -> _Ask:
 @pytest.mark.timeout(90)
 def test_eight_long_waits_of_one_session_do_not_delay_another_sessions_list(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
@@ -88,9 +89,9 @@ def test_eight_long_waits_of_one_session_do_not_delay_another_sessions_list(
 
 @pytest.mark.timeout(60)
 def test_a_session_has_at_most_its_share_of_the_pool_and_others_go_ahead(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
         bridge = cp._bridge
         assert bridge is not None
@@ -136,13 +137,13 @@ def test_a_session_has_at_most_its_share_of_the_pool_and_others_go_ahead(
 
 @pytest.mark.timeout(60)
 def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db: str
 ) -> None:
     assert rules.parse_wait(1e12) == (60.0, True)
     assert rules.parse_wait(10**400) == (60.0, True)
     assert rules.parse_wait(None) == (0.0, False)
     assert rules.parse_wait(60) == (60.0, False)
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
@@ -186,9 +187,11 @@ def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
 
 
 @pytest.mark.timeout(60)
-def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(tmp_path: Path) -> None:
+def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
+    tmp_path: Path, db: str
+) -> None:
     """The real MCP server process, driven by the official MCP client as an agent would."""
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         bridge = cp._bridge
         assert bridge is not None
         agent = example_agent(tmp_path)
@@ -227,8 +230,9 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(tmp_path:
 @pytest.mark.timeout(60)
 def test_spawn_keys_are_namespaced_per_parent_and_retries_get_the_first_child(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
         agent = example_agent(tmp_path)
         a = cp.spawn(agent, tmp_path).session.id
@@ -280,8 +284,8 @@ def test_spawn_keys_are_namespaced_per_parent_and_retries_get_the_first_child(
 
 
 @pytest.mark.timeout(60)
-def test_close_ends_parked_waits_and_the_bridge_threads(tmp_path: Path) -> None:
-    cp = open_cp(tmp_path)
+def test_close_ends_parked_waits_and_the_bridge_threads(tmp_path: Path, db: str) -> None:
+    cp = open_cp(tmp_path, db=db)
     try:
         ask = _asker(cp)
         agent = example_agent(tmp_path)

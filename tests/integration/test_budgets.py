@@ -23,8 +23,10 @@ def _kinds(cp: ControlPlane, session_id: str) -> list[str]:
     return [e.kind for e in cp.events(session_id)]
 
 
-def test_a_token_budget_stops_the_session_after_the_turn_that_reached_it(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_token_budget_stops_the_session_after_the_turn_that_reached_it(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         agent = example_agent(tmp_path)
         spawned = cp.spawn(agent, tmp_path, "#chunks=20 hello", budget=Budget(tokens=10))
         other = cp.spawn(agent, tmp_path, "#chunks=20 hello")  # no budget
@@ -50,8 +52,8 @@ def test_a_token_budget_stops_the_session_after_the_turn_that_reached_it(tmp_pat
         assert cp.get(sid).state is not SessionState.CLOSED  # stopped, readable, closable
 
 
-def test_a_cost_budget_cancels_the_running_turn_that_crosses_it(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_cost_budget_cancels_the_running_turn_that_crosses_it(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(
             example_agent(tmp_path),
             tmp_path,
@@ -68,8 +70,10 @@ def test_a_cost_budget_cancels_the_running_turn_that_crosses_it(tmp_path: Path) 
             cp.prompt(spawned.session.id, "again")
 
 
-def test_queued_prompts_are_cancelled_when_the_budget_stops_the_session(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_queued_prompts_are_cancelled_when_the_budget_stops_the_session(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(
             example_agent(tmp_path), tmp_path, "#chunks=30 #delay=10 a", budget=Budget(tokens=5)
         )
@@ -79,8 +83,10 @@ def test_queued_prompts_are_cancelled_when_the_budget_stops_the_session(tmp_path
         assert "budget exceeded" in (cp.command(queued.id).error or "")
 
 
-def test_a_tree_budget_stops_the_whole_tree_and_refuses_new_children(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_tree_budget_stops_the_whole_tree_and_refuses_new_children(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         agent = example_agent(tmp_path)
         root = cp.spawn(agent, tmp_path, "#chunks=5 root", tree_budget=Budget(tokens=40))
         assert root.command is not None and cp.wait(root.command.id, 30).ok
@@ -99,8 +105,8 @@ def test_a_tree_budget_stops_the_whole_tree_and_refuses_new_children(tmp_path: P
             cp.prompt(rid, "more")
 
 
-def test_a_warn_budget_logs_once_and_stops_nothing(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_warn_budget_logs_once_and_stops_nothing(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(
             example_agent(tmp_path),
             tmp_path,
@@ -114,9 +120,9 @@ def test_a_warn_budget_logs_once_and_stops_nothing(tmp_path: Path) -> None:
         assert cp.budget_stop(sid) is None
 
 
-def test_the_configured_default_applies_when_the_spawn_sets_none(tmp_path: Path) -> None:
+def test_the_configured_default_applies_when_the_spawn_sets_none(tmp_path: Path, db: str) -> None:
     defaults = BudgetDefaults(session=Budget(tokens=3))
-    with open_cp(tmp_path, budgets=defaults) as cp:
+    with open_cp(tmp_path, db=db, budgets=defaults) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=5 x")
         assert spawned.command is not None and cp.wait(spawned.command.id, 30).ok
         with pytest.raises(BudgetExceeded, match="session tokens"):
@@ -143,7 +149,7 @@ from pathlib import Path
 from store.usage import Budget
 from tests.support.cp_harness import example_agent, open_cp
 tmp = Path(sys.argv[1])
-cp = open_cp(tmp)
+cp = open_cp(tmp, sys.argv[2])
 spawned = cp.spawn(example_agent(tmp), tmp, "#chunks=8 go", budget=Budget(tokens=4),
                    idempotency_key="budgeted")
 cp.wait(spawned.command.id, 60)
@@ -154,25 +160,28 @@ time.sleep(120)
 """
 
 
-def test_the_stop_survives_a_kill_9_and_a_reopen(tmp_path: Path) -> None:
+def test_the_stop_survives_a_kill_9_and_a_reopen(tmp_path: Path, db: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", DRIVER, str(tmp_path), db],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     sid = proc.stdout.readline().strip()
     assert sid
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(30) == -signal.SIGKILL
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         with pytest.raises(BudgetExceeded, match="session tokens"):
             cp.prompt(sid, "after the restart")
         stop = cp.budget_stop(sid)
         assert stop is not None and stop.used == 10
 
 
-def test_settings_without_budgets_stop_nothing(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_settings_without_budgets_stop_nothing(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         assert cp.settings.budgets == BudgetDefaults()
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#chunks=50 #cost=1 big")
         assert spawned.command is not None and cp.wait(spawned.command.id, 30).ok
@@ -185,10 +194,12 @@ def test_replace_keeps_budget_defaults_frozen() -> None:
     assert replace(defaults, tree=Budget(cost_usd=1.0)).session == Budget(tokens=1)
 
 
-def test_the_price_table_costs_tokens_of_agents_that_report_no_cost(tmp_path: Path) -> None:
+def test_the_price_table_costs_tokens_of_agents_that_report_no_cost(
+    tmp_path: Path, db: str
+) -> None:
     # $1 per input token and $2 per output token, for the example agent by its name
     prices = {"example-agent": Price(1_000_000, 2_000_000)}
-    with open_cp(tmp_path, budgets=BudgetDefaults(prices=prices)) as cp:
+    with open_cp(tmp_path, db=db, budgets=BudgetDefaults(prices=prices)) as cp:
         agent = example_agent(tmp_path)
         priced = cp.spawn(agent, tmp_path, "#chunks=5 x", budget=Budget(cost_usd=10))
         assert priced.command is not None and cp.wait(priced.command.id, 30).ok

@@ -474,8 +474,8 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path)
 def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(
     tmp_path: Path,
 ) -> None:
-    for how in (["--db", "postgresql://u@localhost/acpctl"], []):
-        env = {**os.environ, "ACPCTL_DB": "postgresql://u@localhost/acpctl"} if not how else None
+    for how in (["--db", "mysql://u@localhost/acpctl"], []):
+        env = {**os.environ, "ACPCTL_DB": "mysql://u@localhost/acpctl"} if not how else None
         run = subprocess.run(
             [sys.executable, "-m", "control_plane.cli", *how, "status"],
             capture_output=True,
@@ -485,5 +485,18 @@ def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(
             timeout=60,
         )
         assert run.returncode == 2, run.stderr
-        assert "postgresql:// stores are not supported" in run.stderr
-    assert list(tmp_path.iterdir()) == []  # no directory named "postgresql:" appeared
+        assert "mysql:// stores are not supported" in run.stderr
+        assert "postgresql://USER@HOST:PORT/DATABASE" in run.stderr  # says what works
+    # A PostgreSQL URL is taken; a server that is not there is named, with no password.
+    url = "postgresql://u:s3cret@127.0.0.1:9/x"
+    run = subprocess.run(
+        [sys.executable, "-m", "control_plane.cli", "--db", url, "status"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert run.returncode == 2, run.stderr
+    assert "cannot open store postgresql://u:***@127.0.0.1:9/x" in run.stderr
+    assert "s3cret" not in run.stderr
+    assert list(tmp_path.iterdir()) == []  # no directory named "mysql:" appeared

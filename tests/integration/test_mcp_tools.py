@@ -16,8 +16,9 @@ from tests.support.cp_harness import example_agent, open_cp
 
 def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce_once(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         parent = cp.spawn(
             example_agent(tmp_path), tmp_path, "#spawn=alpha_task,beta_task,gamma_task go"
         )
@@ -54,8 +55,9 @@ def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce
 
 def test_session_children_take_follow_ups_and_limits_surface_as_tool_errors(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         parent = cp.spawn(example_agent(tmp_path), tmp_path, "#spawn-session=keeper")
         assert parent.command is not None
         out = cp.wait(parent.command.id, 120)
@@ -74,8 +76,9 @@ def test_session_children_take_follow_ups_and_limits_surface_as_tool_errors(
 
 def test_bridge_refuses_wrong_or_missing_secrets_and_other_sessions_children(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         bridge = cp._bridge
         assert bridge is not None
         agent = example_agent(tmp_path)
@@ -110,11 +113,12 @@ def test_bridge_refuses_wrong_or_missing_secrets_and_other_sessions_children(
 @pytest.mark.timeout(60)
 def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_is_on_disk(
     tmp_path: Path,
+    db: str,
 ) -> None:
     import subprocess
     import sys
 
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         bridge = cp._bridge
         assert bridge is not None
         session = cp.spawn(example_agent(tmp_path), tmp_path).session.id

@@ -41,8 +41,8 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def test_a_known_run_shows_in_the_counters_and_the_levels(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_known_run_shows_in_the_counters_and_the_levels(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         server = MetricsServer(cp, "127.0.0.1", 0)
         try:
             before = scrape(*server.address)
@@ -87,8 +87,8 @@ def test_a_known_run_shows_in_the_counters_and_the_levels(tmp_path: Path) -> Non
     assert value(after, "acpctl_delivery_lag_events_sum") == 0
 
 
-def test_closing_the_server_frees_its_port(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_closing_the_server_frees_its_port(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         server = MetricsServer(cp, "127.0.0.1", 0)
         host, port = server.address
         assert value(scrape(host, port), "acpctl_running_turns") == 0

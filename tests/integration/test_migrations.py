@@ -6,30 +6,30 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 
 from store import Store
+from store.location import Backend, locate
 from store.migrate import head_revision
 from store.schema import metadata
 from tests.conftest import AGENT
+from tests.support.direct_sql import query
 
 
-def test_migrated_database_matches_the_schema_module(db_path: Path) -> None:
-    Store.open(db_path).close()
-    engine = create_engine(f"sqlite:///{db_path}")
+def test_migrated_database_matches_the_schema_module(empty_db: str) -> None:
+    Store.open(empty_db).close()
+    engine = create_engine(locate(empty_db).sqlalchemy_url())
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     engine.dispose()
     assert diff == []
 
 
-def test_open_records_the_head_revision_and_reopen_keeps_data(db_path: Path) -> None:
-    with Store.open(db_path) as store:
+def test_open_records_the_head_revision_and_reopen_keeps_data(empty_db: str) -> None:
+    with Store.open(empty_db) as store:
         sid = store.spawn(AGENT, "/w", None, None, "k").session.id
-    conn = sqlite3.connect(db_path)
-    assert conn.execute("select version_num from alembic_version").fetchone()[0] == head_revision()
-    conn.close()
-    with Store.open(db_path) as store:
+    assert query(empty_db, "select version_num from alembic_version") == [(head_revision(),)]
+    with Store.open(empty_db) as store:
         assert store.get_session(sid).cwd == "/w"
 
 
@@ -41,6 +41,16 @@ def test_database_from_before_migrations_were_applied_is_upgraded(db_path: Path)
 
 
 def test_store_uses_wal_and_full_sync_by_default(store: Store) -> None:
+    if store.backend is Backend.POSTGRESQL:
+        # The counterpart: every read one snapshot, every write transaction serializable
+        # (what SQLite's one writer at a time gives; store/pg_engine.py).
+        def isolation(conn: Connection) -> object:
+            return conn.exec_driver_sql("SHOW transaction_isolation").scalar()
+
+        assert store.read(isolation) == "repeatable read"
+        assert store.write(lambda ctx: isolation(ctx.conn)) == "serializable"
+        return
+
     def pragmas(conn: object) -> tuple[str, int, int]:
         raw = conn.exec_driver_sql  # type: ignore[attr-defined]
         return (

@@ -12,8 +12,8 @@ from tests.conftest import eventually
 from tests.support.cp_harness import noop_agent, open_cp
 
 
-def test_a_turn_echoes_and_reports_usage(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_a_turn_echoes_and_reports_usage(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(noop_agent(), tmp_path, "hello there")
         assert spawned.command is not None
         outcome = cp.wait(spawned.command.id, 30)
@@ -23,8 +23,8 @@ def test_a_turn_echoes_and_reports_usage(tmp_path: Path) -> None:
         assert second.text == "Echo: again"
 
 
-def test_hang_waits_for_the_cancel_and_ends_cancelled(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_hang_waits_for_the_cancel_and_ends_cancelled(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(noop_agent(), tmp_path, "#hang")
         assert spawned.command is not None
         sid = spawned.session.id

@@ -33,8 +33,8 @@ def _running_turn(cp: ControlPlane, tmp: Path, agent: AgentSpec | None = None) -
     return spawned.session.id, spawned.command.id
 
 
-def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid = cp.spawn(example_agent(tmp_path), tmp_path).session.id
         ids: list[str] = []
         lock = threading.Lock()
@@ -59,8 +59,8 @@ def test_prompts_from_many_threads_run_one_at_a_time_in_seq_order(tmp_path: Path
         assert kinds == ["prompt", "turn_ended"] * 18  # never two turns at once
 
 
-def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(
             example_agent(tmp_path), tmp_path, "#chunks=10 #delay=100 first", queue_mode="collect"
         )
@@ -75,8 +75,8 @@ def test_collect_mode_merges_prompts_queued_during_a_turn(tmp_path: Path) -> Non
         assert all(f"part{i}" in _messages(tmp_path)[1] for i in range(3))
 
 
-def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid, turn = _running_turn(cp, tmp_path)
         later = cp.prompt(sid, "later")
         steered = cp.prompt(sid, "steered", mode="steer")
@@ -86,8 +86,8 @@ def test_steer_cancels_the_running_turn_and_runs_next(tmp_path: Path) -> None:
         assert _messages(tmp_path) == ["#hang", "steered", "later"]
 
 
-def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid, turn = _running_turn(cp, tmp_path)
         queued = cp.prompt(sid, "queued")
         now = cp.prompt(sid, "now", mode="interrupt")
@@ -97,8 +97,10 @@ def test_interrupt_cancels_the_turn_and_the_queue(tmp_path: Path) -> None:
         assert _messages(tmp_path) == ["#hang", "now"]
 
 
-def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid, turn = _running_turn(cp, tmp_path, noop_agent())
         cp.cancel(sid)
         outcome = cp.wait(turn, 30)
@@ -107,8 +109,10 @@ def test_cancel_during_a_turn_ends_it_cancelled_and_the_session_idle(tmp_path: P
         assert cp.wait(cp.prompt(sid, "still works").id, 30).ok
 
 
-def test_turn_timeout_kills_the_agent_then_the_next_prompt_recovers(tmp_path: Path) -> None:
-    with open_cp(tmp_path, turn_timeout_s=1.0, cancel_grace_s=0.5) as cp:
+def test_turn_timeout_kills_the_agent_then_the_next_prompt_recovers(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db, turn_timeout_s=1.0, cancel_grace_s=0.5) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "remember the kiwi")
         sid = spawned.session.id
         assert spawned.command is not None
@@ -125,14 +129,14 @@ def test_turn_timeout_kills_the_agent_then_the_next_prompt_recovers(tmp_path: Pa
         assert hows[0] == "new" and hows[-1] in ("resumed", "loaded")
 
 
-def test_same_prompt_key_runs_once_also_across_a_restart(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_same_prompt_key_runs_once_also_across_a_restart(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid = cp.spawn(example_agent(tmp_path), tmp_path, idempotency_key="s").session.id
         first = cp.prompt(sid, "only once", idempotency_key="p1")
         again = cp.prompt(sid, "only once", idempotency_key="p1")
         assert again.id == first.id
         assert cp.wait(first.id, 30).ok
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         sid2 = cp.spawn(example_agent(tmp_path), tmp_path, idempotency_key="s").session.id
         assert sid2 == sid
         replay = cp.prompt(sid, "only once", idempotency_key="p1")
@@ -142,8 +146,10 @@ def test_same_prompt_key_runs_once_also_across_a_restart(tmp_path: Path) -> None
     assert _messages(tmp_path) == ["only once", "after the replay"]
 
 
-def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_path: Path) -> None:
-    with open_cp(tmp_path, passivate_after_s=0.3) as cp:
+def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db, passivate_after_s=0.3) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "remember the plum")
         sid = spawned.session.id
         assert spawned.command is not None
@@ -160,11 +166,12 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(tmp_pat
 @pytest.mark.timeout(120)
 def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
     tmp_path: Path,
+    db: str,
 ) -> None:
     """Five sessions used one after the other with a cap of two live agents: the three used
     longest ago are passivated (agents gone) well before passivate_after_s, the two most
     recent stay live, and an evicted session's next prompt finds its history."""
-    with open_cp(tmp_path, max_live_agents=2, passivate_after_s=3600) as cp:
+    with open_cp(tmp_path, db=db, max_live_agents=2, passivate_after_s=3600) as cp:
         sids, pids = [], []
         for i in range(5):
             spawned = cp.spawn(example_agent(tmp_path), tmp_path, f"remember fruit {i}")
@@ -183,8 +190,8 @@ def test_max_live_agents_passivates_the_least_recently_used_idle_sessions(
         eventually(lambda: sorted(cp.live_sessions()) == sorted([sids[0], sids[4]]))
 
 
-def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) -> None:
-    with open_cp(tmp_path, max_running_turns=2) as cp:
+def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db, max_running_turns=2) as cp:
         idle = [cp.spawn(noop_agent(), tmp_path, f"idle {i}") for i in range(2)]
         for s in idle:
             assert s.command is not None
@@ -209,13 +216,13 @@ def test_max_running_turns_holds_and_idle_sessions_do_not_count(tmp_path: Path) 
         assert cp._supervisor.slots.peak <= 2
 
 
-def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         sid = cp.spawn(noop_agent(), tmp_path).session.id
         cp.close()
     from store import Store
 
-    with Store.open(tmp_path / "cp.db") as store:
+    with Store.open(db) as store:
         host = socket.gethostname()
         # pids that cannot exist on this host: owners that died
         first = store.write(lambda ctx: ops.acquire(ctx, sid, f"{host}:99999991:1"))
@@ -225,17 +232,19 @@ def test_stale_epoch_writes_are_refused_after_a_takeover(tmp_path: Path) -> None
             store.write(lambda ctx: ops.check_epoch(ctx.conn, sid, first))
 
 
-def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: Path) -> None:
+def test_cancel_and_close_from_another_process_reach_the_owners_agent(
+    tmp_path: Path, db: str
+) -> None:
     from control_plane import ControlPlane
 
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         sid, turn = _running_turn(cp, tmp_path, noop_agent())
         # like `acpctl sessions cancel`: another opener that only writes the store
-        with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
+        with ControlPlane.open(db, run_sessions=False) as other:
             other.cancel(sid)
         assert cp.wait(turn, 30).state is CommandState.CANCELLED
         pid = next(e.payload["pid"] for e in cp.events(sid) if e.kind == "agent_started")
-        with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as other:
+        with ControlPlane.open(db, run_sessions=False) as other:
             other.close_session(sid)
         eventually(lambda: sid not in cp.live_sessions())
         eventually(lambda: not pid_alive(pid))
@@ -243,9 +252,9 @@ def test_cancel_and_close_from_another_process_reach_the_owners_agent(tmp_path: 
 
 @pytest.mark.timeout(60)
 def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, db: str
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(noop_agent(), tmp_path, "hi")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 30).ok
@@ -259,8 +268,9 @@ def test_an_unknown_message_is_a_loud_error_not_silently_dropped(
 
 def test_set_mode_and_config_option_run_through_the_actor_and_record_the_answer(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi")
         sid = spawned.session.id
         assert spawned.command is not None and cp.wait(spawned.command.id, 30).ok

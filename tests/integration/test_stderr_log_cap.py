@@ -169,9 +169,9 @@ def fast_checks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("fast_checks")
-def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path) -> None:
+def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path, db: str) -> None:
     total = 20 * 1024 * 1024
-    with open_cp(tmp_path, agent_log_max_bytes=CAP) as cp:
+    with open_cp(tmp_path, db=db, agent_log_max_bytes=CAP) as cp:
         spawned = cp.spawn(AgentSpec("stderr-agent", AGENT), tmp_path, f"{total} 4 first")
         assert spawned.command is not None
         log = Path(cp.settings.log_dir) / f"{spawned.session.id}.stderr.log"

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from state_machines import (
 from state_machines.errors import CheckpointError, CommandNotFound
 from store import BindingSpec, CommandKind, NewEvent, SinkKind, Store, ops
 from tests.conftest import AGENT
+from tests.support.direct_sql import query
 
 PROMPT = [{"type": "text", "text": "hello"}]
 
@@ -308,7 +308,7 @@ def test_one_failing_write_in_a_group_commit_does_not_undo_the_others(store: Sto
     assert len([e for e in store.events(sid) if e.kind == "ok"]) == 8
 
 
-def test_group_commit_acknowledges_many_writes_per_transaction(store: Store) -> None:
+def test_group_commit_acknowledges_many_writes_per_transaction(store: Store, db: str) -> None:
     sid = _spawn(store).session.id
     before_batches, before_writes = store.commit_stats
     barrier = threading.Barrier(32)
@@ -326,7 +326,5 @@ def test_group_commit_acknowledges_many_writes_per_transaction(store: Store) -> 
     batches, writes = store.commit_stats
     assert writes - before_writes == 640
     assert batches - before_batches < 640  # some transactions held several writes
-    # every acknowledged write is visible to a fresh connection on the file
-    conn = sqlite3.connect(store.path)
-    assert conn.execute("select count(*) from events where kind='e'").fetchone()[0] == 640
-    conn.close()
+    # every acknowledged write is visible to a fresh connection on the database
+    assert query(db, "select count(*) from events where kind='e'") == [(640,)]

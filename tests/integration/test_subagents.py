@@ -29,8 +29,10 @@ def _in_state(cp: ControlPlane, session_id: str, state: SessionState) -> Callabl
     return lambda: cp.get(session_id).state is state
 
 
-def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_three_children_announce_exactly_once_and_the_parent_continues(
+    tmp_path: Path, db: str
+) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         parent = cp.spawn(example_agent(tmp_path), tmp_path, "I am the parent")
         assert parent.command is not None and cp.wait(parent.command.id, 30).ok
         pid = parent.session.id
@@ -69,8 +71,9 @@ def test_three_children_announce_exactly_once_and_the_parent_continues(tmp_path:
 
 def test_limits_refuse_too_deep_and_too_many_children_with_the_limit_named(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         agent = noop_agent()
         root = cp.spawn(agent, tmp_path).session.id
         level1 = cp.spawn(agent, tmp_path, parent=root).session.id
@@ -86,8 +89,8 @@ def test_limits_refuse_too_deep_and_too_many_children_with_the_limit_named(
         assert len(cp.children(root)) == 5
 
 
-def test_cancel_and_close_cascade_to_descendants(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_cancel_and_close_cascade_to_descendants(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         agent = noop_agent()
         root = cp.spawn(agent, tmp_path, "#hang").session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=root, announce=False)
@@ -105,8 +108,9 @@ def test_cancel_and_close_cascade_to_descendants(tmp_path: Path) -> None:
 
 def test_a_child_of_a_closed_parent_does_not_announce_but_keeps_its_result(
     tmp_path: Path,
+    db: str,
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         agent = example_agent(tmp_path)
         root = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#chunks=3 #delay=200 slow child", parent=root)
@@ -118,15 +122,15 @@ def test_a_child_of_a_closed_parent_does_not_announce_but_keeps_its_result(
         assert _announces(cp, root) == []
 
 
-def test_orphans_are_closed_on_recovery(tmp_path: Path) -> None:
-    with open_cp(tmp_path) as cp:
+def test_orphans_are_closed_on_recovery(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db) as cp:
         agent = example_agent(tmp_path)
         root = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, parent=root, announce=False).session.id
-    with Store.open(tmp_path / "cp.db") as store:
+    with Store.open(db) as store:
         store.close_session(root)  # a crash after the parent closed, before its child
         assert store.get_session(child).state is not SessionState.CLOSED
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         assert cp.get(child).state is SessionState.CLOSED
 
 
@@ -135,7 +139,7 @@ import sys, time
 from pathlib import Path
 from tests.support.cp_harness import example_agent, noop_agent, open_cp
 tmp = Path(sys.argv[1])
-cp = open_cp(tmp)
+cp = open_cp(tmp, sys.argv[2])
 root = cp.spawn(example_agent(tmp), tmp, idempotency_key="root").session.id
 for i in range(3):
     cp.spawn(example_agent(tmp), tmp, f"kid {i}", parent=root, mode="run",
@@ -145,11 +149,13 @@ time.sleep(120)
 """
 
 
-def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_path: Path) -> None:
+def test_kill_9_during_announce_delivers_each_announce_once_after_restart(
+    tmp_path: Path, db: str
+) -> None:
     env = dict(os.environ)
     env[ENV_VAR] = "announce.after_commit=kill"  # die right after an announce commits
     proc = subprocess.Popen(
-        [sys.executable, "-c", _ANNOUNCE_DRIVER, str(tmp_path)],
+        [sys.executable, "-c", _ANNOUNCE_DRIVER, str(tmp_path), db],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -157,9 +163,9 @@ def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_pa
     assert proc.stdout is not None
     root = proc.stdout.readline().strip()
     assert proc.wait(90) == -signal.SIGKILL  # killed between announce commit and checkpoint
-    with Store.open(tmp_path / "cp.db") as store:
+    with Store.open(db) as store:
         assert 1 <= sum(1 for e in store.events(root) if e.kind == "announce") <= 3
-    with open_cp(tmp_path) as cp:  # restart without the fault: the rest is delivered once
+    with open_cp(tmp_path, db=db) as cp:  # restart without the fault: the rest is delivered once
         eventually(lambda: len(_announces(cp, root)) == 3, 90)
         assert cp.wait_delivered(30)  # nothing left to deliver, so no fourth is coming
         announced = _announces(cp, root)
@@ -169,8 +175,8 @@ def test_kill_9_during_announce_delivers_each_announce_once_after_restart(tmp_pa
         assert sum(1 for k in keys if k and k.startswith("announce:")) == 3
 
 
-def test_children_beyond_max_running_children_wait_their_turn(tmp_path: Path) -> None:
-    with open_cp(tmp_path, max_running_children=1) as cp:
+def test_children_beyond_max_running_children_wait_their_turn(tmp_path: Path, db: str) -> None:
+    with open_cp(tmp_path, db=db, max_running_children=1) as cp:
         agent = example_agent(tmp_path)
         root = cp.spawn(agent, tmp_path).session.id
         kids = [

@@ -47,9 +47,9 @@ def _named(found: tuple[ReadableSpan, ...], prefix: str, session: str) -> list[R
 
 
 def test_a_turn_with_a_tool_call_and_a_permission(
-    tmp_path: Path, spans: InMemorySpanExporter
+    tmp_path: Path, spans: InMemorySpanExporter, db: str
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#permission #tool look")
         sid = spawned.session.id
         assert spawned.command is not None and cp.wait(spawned.command.id, 30).ok
@@ -84,9 +84,9 @@ def test_a_turn_with_a_tool_call_and_a_permission(
 
 
 def test_a_subagents_turn_links_to_the_parent_turn_that_spawned_it(
-    tmp_path: Path, spans: InMemorySpanExporter
+    tmp_path: Path, spans: InMemorySpanExporter, db: str
 ) -> None:
-    with open_cp(tmp_path) as cp:
+    with open_cp(tmp_path, db=db) as cp:
         parent = cp.spawn(example_agent(tmp_path), tmp_path, "#spawn=alpha_task go")
         assert parent.command is not None and cp.wait(parent.command.id, 60).ok
         (child,) = cp.children(parent.session.id)

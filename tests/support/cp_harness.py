@@ -46,9 +46,11 @@ def noop_agent() -> AgentSpec:
     return AgentSpec("noop-agent", noop.command())
 
 
-def open_cp(tmp: Path, **overrides: Any) -> ControlPlane:
+def open_cp(tmp: Path, db: str | None = None, **overrides: Any) -> ControlPlane:
+    """A control plane on ``db`` (the ``db`` fixture: either backend), or on a SQLite file
+    in ``tmp``."""
     settings = replace(FAST, log_dir=str(tmp / "logs"), **overrides)
-    return ControlPlane.open(tmp / "cp.db", settings=settings)
+    return ControlPlane.open(db if db is not None else tmp / "cp.db", settings=settings)
 
 
 def invocations(tmp: Path) -> list[dict[str, Any]]:

@@ -31,7 +31,8 @@ def tree_agent(work: Path, delay_s: float) -> AgentSpec:
 
 def main(argv: list[str]) -> int:
     work, delay_s = Path(argv[0]).resolve(), float(argv[1])
-    with open_cp(work) as cp:
+    db = argv[2] if len(argv) > 2 else None  # the test's store (either backend)
+    with open_cp(work, db=db) as cp:
         spawned = cp.spawn(tree_agent(work, delay_s), work, "#hang", idempotency_key="tree")
         assert spawned.command is not None
         deadline = time.monotonic() + 60

@@ -19,6 +19,7 @@ from control_plane import (
 )
 from protocol.transcript.reader import validate_v3
 from store import NewEvent
+from store.location import locate
 
 PINNED_ALL = [
     "AgentCommandError",
@@ -86,7 +87,15 @@ PINNED_CONTROL_PLANE = [
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
     *("latest_event", "live_sessions", "on_commands_finished", "on_events_committed"),
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
-    *("settings", "store_fault", "store_path", "watch_session", "usage", "budget_stop"),
+    *(
+        "settings",
+        "store_fault",
+        "store_location",
+        "store_path",
+        "watch_session",
+        "usage",
+        "budget_stop",
+    ),
     "apply_budget",
     "levels",
     "token_by_digest",
@@ -105,13 +114,13 @@ PINNED_STORE_ALL = [
 ]
 
 
-def test_control_plane_keeps_the_store_and_the_actors_private(tmp_path: Path) -> None:
+def test_control_plane_keeps_the_store_and_the_actors_private(tmp_path: Path, db: str) -> None:
     public = sorted(name for name in dir(ControlPlane) if not name.startswith("_"))
     assert public == sorted(PINNED_CONTROL_PLANE)
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         for machinery in ("store", "delivery", "loop", "supervisor"):
             assert not hasattr(cp, machinery)
-        assert cp.store_path == str(tmp_path / "cp.db")
+        assert cp.store_path == locate(db).display
 
 
 def test_store_offers_no_write_context_or_fault_injection() -> None:
@@ -168,8 +177,8 @@ def test_every_exception_class_defined_anywhere_is_in_the_tree() -> None:
     assert outside == NOT_IN_THE_TREE
 
 
-def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path, db: str) -> None:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         spawned = cp.spawn(
             "python -m protocol.example_agent", tmp_path, "hello", idempotency_key="s"
         )
@@ -196,8 +205,8 @@ def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path) -> None:
             cp.get("missing")
 
 
-def test_list_sessions_pages_with_a_cursor(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+def test_list_sessions_pages_with_a_cursor(tmp_path: Path, db: str) -> None:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         ids = [cp.spawn(["agent"], tmp_path, idempotency_key=f"k{i}").session.id for i in range(7)]
         pages: list[str] = []
         after = None
@@ -210,9 +219,9 @@ def test_list_sessions_pages_with_a_cursor(tmp_path: Path) -> None:
         assert pages == ids
 
 
-def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> None:
+def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path, db: str) -> None:
     sink = tmp_path / "sink.jsonl"
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, "hi", jsonl_sink=sink).session.id
         cp._store.append_events(sid, None, [NewEvent("tick", {})])
         assert cp.wait_delivered(10)
@@ -220,10 +229,10 @@ def test_jsonl_sink_binding_receives_events_through_the_api(tmp_path: Path) -> N
     assert kinds == ["session_created", "tick"]
 
 
-def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None:
+def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path, db: str) -> None:
     got: list[int] = []
     done = threading.Event()
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         sid = cp.spawn(["agent"], tmp_path, callback_sink="host").session.id
         cp._store.append_events(sid, None, [NewEvent("tick", {})])
 
@@ -237,8 +246,8 @@ def test_callback_registered_after_open_gets_the_backlog(tmp_path: Path) -> None
     assert got == [1, 2]
 
 
-def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
-    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path, db: str) -> None:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         sid = cp.spawn(["my-agent"], tmp_path, "list files").session.id
         cmd = cp._store.claim_next(sid)
         assert cmd is not None
@@ -270,8 +279,8 @@ def test_export_jsonl_writes_a_valid_v3_transcript(tmp_path: Path) -> None:
     assert messages[1]["provider"] == "my-agent"
 
 
-def test_context_manager_closes_the_store(tmp_path: Path) -> None:
-    cp = ControlPlane.open(tmp_path / "cp.db", run_sessions=False)
+def test_context_manager_closes_the_store(tmp_path: Path, db: str) -> None:
+    cp = ControlPlane.open(db, run_sessions=False)
     with cp:
         pass
     with pytest.raises(control_plane.StoreError):

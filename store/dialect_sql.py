@@ -1,0 +1,33 @@
+"""The few SQL expressions that differ between SQLite and PostgreSQL, chosen by the
+connection's dialect. Everything else in store/ is written once for both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Table, func
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
+
+
+def is_postgres(conn: Connection) -> bool:
+    return conn.dialect.name == "postgresql"
+
+
+def upsert(conn: Connection, table: Table) -> Any:
+    """``INSERT`` with ``on_conflict_do_update`` (both dialects have it, in their own
+    modules)."""
+    return postgresql.insert(table) if is_postgres(conn) else sqlite.insert(table)
+
+
+def greatest(conn: Connection, a: Any, b: Any) -> ColumnElement[Any]:
+    """The larger of two values: SQLite's two-argument ``max``; PostgreSQL's ``max`` is an
+    aggregate only, its scalar is ``greatest``."""
+    return func.greatest(a, b) if is_postgres(conn) else func.max(a, b)
+
+
+def json_text(conn: Connection, column: Any, key: str) -> ColumnElement[Any]:
+    """A top-level field of a TEXT column holding a JSON object, as text."""
+    if is_postgres(conn):
+        return func.cast(column, postgresql.JSONB).op("->>")(key)
+    return func.json_extract(column, f"$.{key}")

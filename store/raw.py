@@ -1,0 +1,96 @@
+"""The driver connection the hot path's fixed SQL runs on, for either backend.
+
+The hot statements (store/hot_sql.py) are written once, with ``?`` placeholders, and run on
+the driver connection inside the transaction SQLAlchemy opened. On SQLite that connection is
+``sqlite3.Connection`` itself: no wrapper, nothing added to the path measured there. On
+PostgreSQL, ``PgRaw`` gives psycopg 3 the same three calls, with each statement's
+placeholders turned into psycopg's ``%s`` once per distinct string (the statements are
+fixed, so the cache stays small).
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+
+class RawCursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class RawConnection(Protocol):
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+
+@functools.lru_cache(maxsize=1024)
+def _pg_sql(sql: str) -> str:
+    # No statement of the store holds a literal "?" or "%": the translation is exact.
+    return sql.replace("?", "%s")
+
+
+class _NoRows:
+    """psycopg raises on ``fetchone`` after a statement without rows; sqlite3 returns None.
+    The store's code is written against sqlite3's answer."""
+
+    __slots__ = ("rowcount",)
+
+    def __init__(self, rowcount: int) -> None:
+        self.rowcount = rowcount
+
+    def fetchone(self) -> None:
+        return None
+
+    def fetchall(self) -> list[Any]:
+        return []
+
+
+class PgRaw:
+    """psycopg 3's connection behind sqlite3's ``execute`` / ``executemany`` /
+    ``in_transaction``."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
+        cursor = self._conn.execute(_pg_sql(sql), parameters or None)
+        if cursor.description is None:
+            return _NoRows(cursor.rowcount)
+        return cursor
+
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
+        cursor = self._conn.cursor()
+        cursor.executemany(_pg_sql(sql), list(parameters))
+        return _NoRows(cursor.rowcount)
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(self._conn.info.transaction_status != TransactionStatus.IDLE)
+
+
+def raw_of(driver_connection: Any) -> RawConnection:
+    if isinstance(driver_connection, sqlite3.Connection):
+        return driver_connection
+    return PgRaw(driver_connection)
+
+
+def raw_for(conn: Connection) -> RawConnection:
+    """The driver connection under a SQLAlchemy connection, inside its transaction."""
+    return raw_of(conn.connection.driver_connection)
