@@ -45,6 +45,13 @@ class RuntimeSettings:
     # How often the sweep also queries the store for work queued by other processes or left
     # by dead owners (a scan; cheap for a few sessions, ~200 ms with a 10k backlog).
     discover_interval_s: float = 5.0
+    # This process as a node of the store (actors/node_lease.py): the name placement refers
+    # to (None: the host name), the labels it offers, and its lease. A node that stops
+    # renewing (crash, partition, SIGSTOP) loses its sessions once the lease runs out; the
+    # others take them over at their next discovery (so within lease + discover interval).
+    node_name: str | None = None
+    node_labels: tuple[str, ...] = ()
+    lease_s: float = 15.0
     permission_policy: PermissionPolicy = field(
         default_factory=lambda: PermissionPolicy(Decision.ASK)
     )

@@ -10,12 +10,18 @@
   then every session with work (queued commands, or still ``creating``) is queued for a slot.
 - A sweep thread repeats discovery: work queued by another process, or left by an owner that
   died, is picked up here (taking ownership raises the fencing epoch).
+- This process is a node of the store with a lease (actors/node_lease.py): owners whose lease
+  ran out are dead to the others; a node that loses its own lease stops every actor (their
+  agents with them) before going on. Discovery only takes sessions whose placement allows
+  this node (store/placement.py). On PostgreSQL, a change another node commits reaches the
+  owner at once (store/listen.py); discovery stays the fallback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 
@@ -23,15 +29,19 @@ import pykka
 
 from actors import telemetry
 from actors.live_agents import LiveAgents
+from actors.node_lease import NodeLease
 from actors.session.actor import SessionActor
 from actors.session.deps import ActorDeps
-from actors.session.messages import CancelTurn, CloseSession, SlotGranted, Tick, Wake
+from actors.session.messages import CancelTurn, CloseSession, Noticed, SlotGranted, Tick, Wake
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
 from state_machines import ControlPlaneError
 from store import RecoveryReport, Store, ops, queries
-from store.ownership import owner_alive, this_owner
+from store.listen import SessionNotifications
+from store.location import Backend
+from store.ops.nodes import NodeSpec
+from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +81,32 @@ class Supervisor:
         self.recovery = RecoveryReport()
         self.activations = 0
         self._started = False  # an unstarted supervisor (inspection only) runs nothing
+        self.node = NodeSpec(
+            self.me,
+            settings.node_name or socket.gethostname(),
+            tuple(settings.node_labels),
+            settings.max_running_turns,
+        )
+        self.lease = NodeLease(
+            store, self.node, settings.lease_s, lambda: self.slots.running, self.fence
+        )
+        self._listener: SessionNotifications | None = None
+        if store.backend is Backend.POSTGRESQL:
+            self._listener = SessionNotifications(store.location, self.remote_change, self.poke)
+        self._poke = threading.Event()  # discover at the next sweep, not after the interval
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> RecoveryReport:
+        self.lease.start()  # first: the recovery below judges the other owners by lease
         self.recovery = self.store.recover(self.me)
         telemetry.recovered(self.recovery)
         orphans = self.store.write(ops.close_orphans)
         if orphans:
             log.warning("closed %d sessions whose parent was closed: %s", len(orphans), orphans)
         self._started = True
+        if self._listener is not None:
+            self._listener.start()
         self._discover()
         self._sweeper.start()
         return self.recovery
@@ -99,6 +125,42 @@ class Supervisor:
         for future in stopping:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 future.get(timeout=timeout)
+        if self._listener is not None:
+            self._listener.stop()
+        if self._started:
+            self.lease.stop()
+
+    def fence(self, reason: str) -> None:
+        """This node lost its lease (or may be about to): stop every actor, which ends its
+        agent; a session another node took over refuses their last writes (StaleEpoch).
+        The process goes on: discovery picks up what is still, or again, this node's."""
+        log.error(
+            "node %s: %s; stopping all %d sessions here", self.me, reason, len(self.live_sessions())
+        )
+        with self._lock:
+            refs = list(self._actors.values())
+        stopping = []
+        for ref in refs:
+            with contextlib.suppress(pykka.ActorDeadError):
+                stopping.append(ref.stop(block=False))
+        for future in stopping:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                future.get(timeout=STOP_BOUND_S)
+
+    def remote_change(self, session_id: str) -> None:
+        """Another node changed the session (store/listen.py)."""
+        if not self._started:
+            return
+        ref = self._live(session_id)
+        if ref is not None:
+            with contextlib.suppress(pykka.ActorDeadError):
+                ref.tell(Noticed())
+                return
+        self._poke.set()  # the sweep thread checks placement and ownership, not this one
+
+    def poke(self) -> None:
+        """Discover at the next sweep (after the listener reconnected)."""
+        self._poke.set()
 
     # -- entry points (any thread) -------------------------------------------------------
 
@@ -186,11 +248,19 @@ class Supervisor:
                 self.slots.request(session_id)
 
     def _owned_elsewhere(self, session_id: str) -> bool:
+        """Not for this node: another live node owns it, or its placement is elsewhere."""
         try:
-            owner = self.store.get_session(session_id).owner
+            session = self.store.get_session(session_id)
+            if session.placement is not None and not session.placement.allows(
+                self.node.name, self.node.labels
+            ):
+                return True
+            owner = session.owner
+            if owner is None or owner == self.me:
+                return False
+            return bool(self.store.read(lambda c: queries.Liveness(c).alive(owner)))
         except ControlPlaneError:
             return True  # unknown or unreadable: nothing to run
-        return owner is not None and owner != self.me and owner_alive(owner)
 
     def _stopped(self, session_id: str, actor_urn: str) -> None:
         """An actor's on_stop is over: forget it (only that one: a newer actor of the session
@@ -211,7 +281,10 @@ class Supervisor:
 
     def _discover(self) -> None:
         """Queue every session with work that no live process owns."""
-        for session_id in self.store.read(lambda c: queries.sessions_with_work(c, self.me)):
+        node = self.node
+        for session_id in self.store.read(
+            lambda c: queries.sessions_with_work(c, self.me, node.name, node.labels)
+        ):
             ref = self._live(session_id)
             if ref is None:
                 self.slots.request(session_id)
@@ -237,8 +310,10 @@ class Supervisor:
                         # the end): forgotten, so the session can be activated again.
                         log.warning("session %s: actor did not finish stopping", session_id)
                         self._stopped(session_id, ref.actor_urn)
-                if now - last_discovery < self.settings.discover_interval_s:
+                poked = self._poke.is_set()
+                if not poked and now - last_discovery < self.settings.discover_interval_s:
                     continue
+                self._poke.clear()
                 last_discovery = now
                 report = self.store.recover(self.me, include_mine=False)
                 telemetry.recovered(report)

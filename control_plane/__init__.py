@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         Synchronous,
     )
     from store.migrate import SchemaTooNew
+    from store.placement import InvalidPlacement, Placement
     from store.usage import Budget, BudgetAction
 
 __all__ = [
@@ -84,11 +85,13 @@ __all__ = [
     "IdempotencyConflict",
     "IllegalTransition",
     "IntegrityCheck",
+    "InvalidPlacement",
     "LimitExceeded",
     "Outcome",
     "OutcomeStatus",
     "OwnedElsewhere",
     "PermissionPolicy",
+    "Placement",
     "QueueMode",
     "RecoveryReport",
     "RuntimeSettings",
@@ -112,6 +115,8 @@ _SOURCES: dict[str, str] = {
     "AgentCommandError": "control_plane.agents",
     "SchemaTooNew": "store.migrate",
     "Budget": "store.usage",
+    "Placement": "store.placement",
+    "InvalidPlacement": "store.placement",
     "BudgetAction": "store.usage",
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",

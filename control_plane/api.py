@@ -44,6 +44,7 @@ from store import (
     StoreOptions,
     ops,
 )
+from store.placement import Placement
 from store.usage import Budget
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
@@ -145,6 +146,7 @@ class ControlPlane(FrontEndServices):
         mcp_servers: Sequence[dict[str, Any]] | None = None,
         budget: Budget | None = None,
         tree_budget: Budget | None = None,
+        placement: Placement | None = None,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
 
@@ -163,6 +165,9 @@ class ControlPlane(FrontEndServices):
 
         ``budget`` limits this session's tokens and/or cost, ``tree_budget`` (on a root) its
         whole tree's; both override the configured defaults (``docs/observability.md``).
+
+        ``placement`` says which nodes of a shared store may run it (``Placement(node=...)``
+        or ``Placement(labels=(...))``; default any, or the parent's for a child).
         """
         spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
         # Values the host handed in are kept in memory for this process's launches only.
@@ -198,6 +203,7 @@ class ControlPlane(FrontEndServices):
             metadata=meta,
             queue_mode=QueueMode(queue_mode).value,
             limits=self.settings.subagent_limits,
+            placement=placement,
         )
         if mcp_servers:  # before the session's actor can launch its agent
             self.settings.client_mcp.remember(result.session.id, mcp_servers)

@@ -159,6 +159,17 @@ class Permissions(_Strict):
     ask_timeout_s: float | None = Field(default=None, gt=0)
 
 
+class NodeConfig(_Strict):
+    """This process as a node of a shared store (docs/operations.md, "Running a fleet")."""
+
+    # What placement names (Placement(node=...)); default: the host name.
+    name: str | None = Field(default=None, min_length=1)
+    # What it offers to placement by label (e.g. a shared volume mounted here).
+    labels: list[str] = Field(default_factory=list)
+    # Its sessions are taken over this long after it stops renewing (crash, partition).
+    lease_s: float = Field(15.0, ge=1.0, le=3600.0)
+
+
 class AgentConfig(_Strict):
     command: str | list[str]
     # Values reach the agent at each launch and are never stored (the store keeps names).
@@ -207,6 +218,7 @@ class Config(_Strict):
     permissions: Permissions = Field(default_factory=Permissions)
     budgets: Budgets = Field(default_factory=Budgets)
     tracing: Tracing = Field(default_factory=Tracing)
+    node: NodeConfig = Field(default_factory=NodeConfig)
     # By the model the agent reports (Gemini CLI does), else by the configured agent name.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
@@ -268,6 +280,9 @@ class Config(_Strict):
             "agent_profiles": self.agent_profiles(),
             "fs_limits": FsLimits(self.limits.fs_max_bytes, self.timeouts.fs_s),
             "max_live_agents": self.limits.max_live_agents,
+            "node_name": self.node.name,
+            "node_labels": tuple(self.node.labels),
+            "lease_s": self.node.lease_s,
             "agent_log_max_bytes": self.limits.agent_log_max_bytes,
             "log_dir": str(self.db_path.parent / "agent-logs"),
             "budgets": BudgetDefaults(
@@ -325,6 +340,8 @@ ENV_MAP: dict[str, tuple[str, ...]] = {
     "ACPCTL_PASSIVATE_AFTER": ("timeouts", "passivate_after_s"),
     "ACPCTL_PERMISSION": ("permissions", "default"),
     "ACPCTL_LOG_FORMAT": ("log_format",),
+    "ACPCTL_NODE_NAME": ("node", "name"),
+    "ACPCTL_NODE_LEASE": ("node", "lease_s"),
 }
 
 

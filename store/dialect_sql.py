@@ -3,6 +3,7 @@ connection's dialect. Everything else in store/ is written once for both."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlalchemy import Connection, Table, func
@@ -31,3 +32,13 @@ def json_text(conn: Connection, column: Any, key: str) -> ColumnElement[Any]:
     if is_postgres(conn):
         return func.cast(column, postgresql.JSONB).op("->>")(key)
     return func.json_extract(column, f"$.{key}")
+
+
+def db_now(conn: Connection) -> float:
+    """Now, by the database's clock (unix seconds): node leases are written and judged by
+    one clock, so machines whose clocks disagree still agree on whose lease has run out.
+    SQLite is on this machine: its clock is this one."""
+    if is_postgres(conn):
+        value = conn.exec_driver_sql("SELECT EXTRACT(EPOCH FROM clock_timestamp())").scalar_one()
+        return float(value)
+    return time.time()

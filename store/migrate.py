@@ -22,7 +22,19 @@ MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 # Every revision this release can migrate from, oldest first; the last one is the head.
 # tests/integration/test_migrations.py checks them against Alembic's view of the migrations
 # directory, so a new migration cannot be added without listing it here.
-KNOWN_REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
+KNOWN_REVISIONS = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+)
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 
 
@@ -54,10 +66,12 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def _revision_on(conn: Connection) -> str | None:
-    if conn.dialect.name == "postgresql":
-        # A failed statement would abort the migration's transaction: ask the catalog.
-        if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
-            return None
+    # PostgreSQL: a failed statement would abort the migration's transaction; ask the catalog.
+    if (
+        conn.dialect.name == "postgresql"
+        and conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None
+    ):
+        return None
     try:
         row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
     except OperationalError as exc:

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from state_machines import COMMAND_MACHINE, CommandState, SessionState
+from store.placement import Placement
 
 
 class CommandKind(StrEnum):
@@ -128,6 +129,8 @@ class SessionRecord:
     metadata: dict[str, Any]
     # The live (or last) agent's process tree: host, bootId, reaperPid, reaperStart, pgid.
     agent_process: dict[str, Any] | None = None
+    # Where it may run: None for any node (store/placement.py).
+    placement: Placement | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from state_machines import CommandState, SessionState
+from store.placement import Placement
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -45,6 +46,7 @@ def session_from_row(row: Row[Any]) -> SessionRecord:
         last_error=m["last_error"],
         metadata=json.loads(m["metadata"]),
         agent_process=json.loads(m["agent_process"]) if m["agent_process"] else None,
+        placement=Placement.from_json(m["placement"]),
     )
 
 

@@ -50,6 +50,9 @@ sessions = Table(
     # The live agent's process tree as JSON (host, boot id, reaper pid + start time, process
     # group), so recovery can kill what a dead owner left running (migration 0006).
     Column("agent_process", Text, nullable=True),
+    # Where the session may run (0011): null for any node, else {"node": name} or
+    # {"labels": [...]} (store/placement.py).
+    Column("placement", Text, nullable=True),
 )
 Index("ix_sessions_state", sessions.c.state)
 Index("ix_sessions_parent", sessions.c.parent_id)
@@ -189,3 +192,22 @@ permission_requests = Table(
     Column("created_at", Float, nullable=False),
     Column("decided_at", Float, nullable=True),
 )
+
+# Control-plane nodes (0011): one row per process, renewing its lease while it lives. Times
+# are the database's clock (store/ops/nodes.py), so the machines' clocks need not agree.
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String, primary_key=True),  # the owner id sessions record (host:pid:start)
+    Column("name", String, nullable=False),  # what placement names (default: the host)
+    Column("host", String, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("labels", Text, nullable=False),  # JSON list of strings
+    Column("capacity", Integer, nullable=False),  # turns it runs at once (max_running_turns)
+    Column("running", Integer, nullable=False),  # turns running at its last heartbeat
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("lease_until", Float, nullable=False),
+    Column("stopped_at", Float, nullable=True),  # an orderly stop: dead at once
+)
+Index("ix_nodes_name", nodes.c.name)

@@ -29,6 +29,7 @@ from store.integrity import IntegrityCheck, check_database_file
 from store.location import Backend, StoreLocation, locate
 from store.migrate import upgrade_to_head
 from store.ownership import this_owner
+from store.placement import Placement
 from store.raw import RawConnection, raw_of
 from store.records import (
     AgentSpec,
@@ -328,6 +329,7 @@ class Store:
         metadata: dict[str, Any] | None = None,
         queue_mode: str = "followup",
         limits: SubagentLimits | None = None,
+        placement: Placement | None = None,
     ) -> SpawnResult:
         return self.write(
             lambda ctx: ops.spawn(
@@ -342,6 +344,7 @@ class Store:
                 queue_mode=queue_mode,
                 max_attempts=self.options.max_attempts,
                 limits=limits,
+                placement=placement,
             )
         )
 

@@ -36,6 +36,7 @@ from actors.session.messages import (
     AgentGone,
     CancelTurn,
     CloseSession,
+    Noticed,
     SlotGranted,
     Tick,
     TurnDone,
@@ -156,6 +157,7 @@ class SessionActor(pykka.ThreadingActor):
         return {
             Tick: lambda m: self._tick(m.now, m.over_cap),
             Wake: lambda _: self._work(),
+            Noticed: lambda _: self._noticed(),
             SlotGranted: lambda _: self._work(),
             TurnDone: self._turn_done,
             CancelTurn: lambda _: self._cancel_turn(),
@@ -370,6 +372,11 @@ class SessionActor(pykka.ThreadingActor):
                 if over_cap:
                     log.info("passivating idle session %s: over max_live_agents", self.session_id)
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
+
+    def _noticed(self) -> None:
+        self._notice_other_processes()
+        if not self.closing:
+            self._work()
 
     def _notice_other_processes(self) -> None:
         """Another process (``acpctl sessions cancel|close``) can only change the store; the

@@ -44,6 +44,12 @@ class AgentGone:
 
 
 @dataclass(frozen=True)
+class Noticed:
+    """Another node changed the session in the store (a cancel, a close, new work): look
+    now rather than at the next tick."""
+
+
+@dataclass(frozen=True)
 class Tick:
     """Periodic: passivate when idle long enough, or at once when idle and ``over_cap`` (the
     least recently used beyond ``max_live_agents``)."""

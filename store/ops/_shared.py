@@ -29,7 +29,7 @@ from state_machines.errors import (
 )
 from store import hot_sql as hot
 from store.hashing import canonical_payload
-from store.raw import RawConnection, raw_for
+from store.raw import PgRaw, RawConnection, raw_for
 from store.records import (
     CommandKind,
     CommandRecord,
@@ -98,6 +98,20 @@ def transition_session(
     return target
 
 
+# The channel every node LISTENs on (store/listen.py): the payload is a session id.
+SESSIONS_CHANNEL = "acpctl_sessions"
+_NOTIFY = f"SELECT pg_notify('{SESSIONS_CHANNEL}', ?)"
+
+
+def notify_session(ctx: WriteContext, session_id: str) -> None:
+    """PostgreSQL: when this transaction commits, every node listening hears that the
+    session has new work, a cancel or a close (the owner acts at once instead of at its
+    next poll). PostgreSQL folds repeats within one transaction. SQLite: nothing (one
+    machine: the processes poll, and this process wakes its own actors directly)."""
+    if isinstance(ctx.raw, PgRaw):
+        ctx.raw.execute(_NOTIFY, (session_id,))
+
+
 def insert_command(
     ctx: WriteContext,
     session_id: str,
@@ -128,6 +142,7 @@ def insert_command(
         now,
     )
     raw.execute(hot.INSERT_COMMAND, record)
+    notify_session(ctx, session_id)
     return hot.command_from_tuple(record)
 
 

@@ -27,6 +27,7 @@ from store.ops._shared import (
     DEFAULT_MAX_ATTEMPTS,
     compact_json,
     insert_command,
+    notify_session,
     transition_command,
     transition_session,
 )
@@ -141,6 +142,7 @@ def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> 
         cancel_queued(ctx, session_id, "cancelled with the session's queue")
     if before is SessionState.RUNNING:
         insert_events(ctx, session_id, None, [NewEvent(EventKind.CANCEL_REQUESTED, {})])
+        notify_session(ctx, session_id)  # the owner, maybe on another node, stops the turn
     return state
 
 

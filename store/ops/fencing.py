@@ -17,7 +17,7 @@ from state_machines.errors import (
 )
 from store import queries
 from store.ops.recovery import recover_sessions
-from store.ownership import owner_alive
+from store.queries.nodes import Liveness
 from store.raw import raw_for
 from store.schema import commands, sessions
 from store.writer import WriteContext
@@ -32,7 +32,7 @@ def acquire(ctx: WriteContext, session_id: str, me: str) -> int:
     A live other owner: ``OwnedElsewhere``."""
     session = queries.get_session(ctx.conn, session_id)
     if session.owner != me:
-        if session.owner is not None and owner_alive(session.owner):
+        if session.owner is not None and Liveness(ctx.conn).alive(session.owner):
             raise OwnedElsewhere(session_id, session.owner)
         # Taken over before a sweep recovered it: what the dead owner left mid-turn is
         # recovered here, in the same transaction, so no turn starts on a session still

@@ -28,10 +28,12 @@ from store.ops._shared import (
     compact_json,
     insert_command,
     new_id,
+    notify_session,
     transition_session,
 )
 from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import insert_events
+from store.placement import Placement
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -60,13 +62,16 @@ def spawn(
     queue_mode: str = "followup",
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     limits: SubagentLimits | None = None,
+    placement: Placement | None = None,
 ) -> SpawnResult:
     """Session row + binding + first command (+ ``session_created`` event): all or none.
 
     With ``parent_id`` the session is a child: the parent must be open, and ``limits``
-    (depth, open children) are checked in this same transaction (``LimitExceeded``)."""
+    (depth, open children) are checked in this same transaction (``LimitExceeded``). A
+    child without a placement of its own gets its parent's: it works in the parent's
+    files, which are where the parent runs."""
     conn = ctx.conn
-    request = {
+    request: dict[str, Any] = {
         "agent": agent.to_json(),
         "cwd": cwd,
         "binding": None if binding is None else binding.to_json(),
@@ -74,6 +79,8 @@ def spawn(
         "parent": parent_id,
         "queueMode": queue_mode,
     }
+    if placement is not None:  # only then: the hashes of earlier spawns stay what they were
+        request["placement"] = placement.to_json()
     digest = request_hash("spawn", request)
     if idempotency_key is not None:
         existing = conn.execute(
@@ -92,6 +99,11 @@ def spawn(
     if parent_id is not None:
         depth = _check_child_limits(conn, parent_id, limits or SubagentLimits())
         refuse_if_stopped(ctx, parent_id)  # a budget stopped the parent: no new children
+    placement_json = None if placement is None else placement.to_json()
+    if placement_json is None and parent_id is not None:
+        placement_json = conn.execute(
+            select(sessions.c.placement).where(sessions.c.id == parent_id)
+        ).scalar_one_or_none()
     now = time.time()
     session_id = new_id()
     conn.execute(
@@ -111,8 +123,10 @@ def spawn(
             created_at=now,
             updated_at=now,
             metadata=compact_json(metadata or {}),
+            placement=placement_json,
         )
     )
+    notify_session(ctx, session_id)
     fault_point("spawn.after_session")
     binding_record: BindingRecord | None = None
     if binding is not None:
@@ -224,6 +238,7 @@ def close_session(ctx: WriteContext, session_id: str, reason: str = "closed") ->
     transition_session(conn, session_id, SessionEvent.CLOSE, closed_at=time.time())
     cancel_queued(ctx, session_id, f"session closed: {reason}", running_too=True)
     conn.execute(update(bindings).where(bindings.c.session_id == session_id).values(active=False))
+    notify_session(ctx, session_id)  # its owner, maybe on another node, stops the agent
     return queries.get_session(conn, session_id)
 
 

@@ -20,6 +20,7 @@ from store.queries.events import (
     latest_event,
     undelivered_bindings,
 )
+from store.queries.nodes import Liveness, NodeRecord, all_nodes
 from store.queries.sessions import (
     agent_capabilities,
     count_sessions_by_state,
@@ -34,6 +35,7 @@ from store.queries.sessions import (
     siblings_running,
     store_identity,
     tree_root,
+    waiting_for_placement,
 )
 from store.queries.tokens import list_tokens, token_by_digest, token_by_id
 from store.queries.usage import (
@@ -45,8 +47,11 @@ from store.queries.usage import (
 )
 
 __all__ = [
+    "Liveness",
+    "NodeRecord",
     "StoreLevels",
     "agent_capabilities",
+    "all_nodes",
     "announced",
     "bindings_of",
     "command_events",
@@ -81,4 +86,5 @@ __all__ = [
     "undelivered_bindings",
     "usage_sum",
     "usage_totals",
+    "waiting_for_placement",
 ]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
 from state_machines import CommandState, SessionNotFound, SessionState
-from store.ownership import owner_alive
+from store.placement import Placement, allowed
+from store.queries.nodes import Liveness
 from store.raw import RawConnection
 from store.records import SessionRecord
 from store.rows import session_from_row
@@ -117,20 +119,19 @@ def orphaned_sessions(conn: Connection, me: str, include_mine: bool) -> set[str]
             )
         )
     ).all()
+    liveness = Liveness(conn)
     return {
         r.id
         for r in rows
         if r.owner is None
         or (r.owner == me and include_mine)
-        or (r.owner != me and not owner_alive(r.owner))
+        or (r.owner != me and not liveness.alive(r.owner))
     }
 
 
-def sessions_with_work(conn: Connection, me: str) -> list[str]:
-    """Open sessions with work (queued commands, or still ``creating``) that no live process
-    other than ``me`` owns, oldest first."""
-    rows = conn.execute(
-        select(sessions.c.id, sessions.c.owner)
+def _with_work(conn: Connection) -> Sequence[Any]:
+    return conn.execute(
+        select(sessions.c.id, sessions.c.owner, sessions.c.placement)
         .where(
             sessions.c.state != SessionState.CLOSED.value,
             (sessions.c.state == SessionState.CREATING.value)
@@ -140,16 +141,36 @@ def sessions_with_work(conn: Connection, me: str) -> list[str]:
         )
         .order_by(sessions.c.created_at)
     ).all()
-    alive: dict[str, bool] = {}  # one /proc look-up per distinct owner, not per session
 
-    def free(owner: str | None) -> bool:
-        if owner is None or owner == me:
-            return True
-        if owner not in alive:
-            alive[owner] = owner_alive(owner)
-        return not alive[owner]
 
-    return [r.id for r in rows if free(r.owner)]
+def sessions_with_work(
+    conn: Connection, me: str, node_name: str | None = None, node_labels: Sequence[str] = ()
+) -> list[str]:
+    """Open sessions with work (queued commands, or still ``creating``) that no live process
+    other than ``me`` owns, oldest first; with ``node_name``, only those whose placement
+    allows this node (store/placement.py)."""
+    liveness = Liveness(conn)
+    return [
+        r.id
+        for r in _with_work(conn)
+        if (r.owner is None or r.owner == me or not liveness.alive(r.owner))
+        and (node_name is None or allowed(r.placement, node_name, node_labels))
+    ]
+
+
+def waiting_for_placement(conn: Connection) -> list[tuple[str, str]]:
+    """Sessions with work that no live node may run (their placement names a node that is
+    gone, or labels no live node has): ``(session id, what the placement asks)``."""
+    liveness = Liveness(conn)
+    live = liveness.live_nodes()
+    waiting = []
+    for r in _with_work(conn):
+        placement = Placement.from_json(r.placement)
+        if placement is None or (r.owner is not None and liveness.alive(r.owner)):
+            continue
+        if not any(placement.allows(n.name, n.labels) for n in live):
+            waiting.append((r.id, placement.describe()))
+    return waiting
 
 
 def siblings_running(raw: RawConnection, session_id: str) -> int:

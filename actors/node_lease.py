@@ -1,0 +1,101 @@
+"""This process's node lease: registered at start, renewed while it lives, given up at stop.
+
+Renewed every third of the lease. Two ways it ends while the process runs, both handled by
+``on_lost`` (the supervisor stops every session actor, which ends their agents):
+
+- the renewal finds the lease already run out (the process stood still past it: SIGSTOP, a
+  long pause; or the database was unreachable): other nodes may own its sessions now, and
+  the fencing epoch refuses its writes. It registers a fresh lease and goes on with what
+  discovery then finds;
+- no renewal has succeeded for three quarters of the lease (the database unreachable): it
+  stops its agents *before* the lease runs out by the others' clock, so no two nodes run one
+  session's agent at once. Once a renewal succeeds again it goes on; if the lease ran out
+  meanwhile, as above.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from state_machines import ControlPlaneError
+from store import Store
+from store.ops import nodes as node_ops
+from store.ops.nodes import NodeSpec
+
+log = logging.getLogger(__name__)
+
+# Stop our agents once this fraction of the lease has gone by without a renewal.
+SELF_FENCE_AT = 0.75
+
+
+class NodeLease:
+    def __init__(
+        self,
+        store: Store,
+        node: NodeSpec,
+        lease_s: float,
+        running: Callable[[], int],
+        on_lost: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.node = node
+        self.lease_s = lease_s
+        self._running = running
+        self._on_lost = on_lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-lease", daemon=True)
+        self._renewed_at = 0.0  # monotonic, last successful register or renewal
+        self._fenced = False
+        self.losses = 0  # times the lease was lost or given up for safety (tests, status)
+
+    def start(self) -> None:
+        self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))
+        self._renewed_at = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Give the lease up (after the supervisor released its sessions)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        try:
+            self.store.write(lambda ctx: node_ops.leave(ctx, self.node.id))
+        except ControlPlaneError as exc:  # the lease runs out on its own
+            log.warning("node %s: giving up the lease failed: %s", self.node.id, exc)
+
+    def _run(self) -> None:
+        interval = self.lease_s / 3
+        while not self._stop.wait(interval):
+            self.renew_once()
+
+    def renew_once(self) -> None:
+        try:
+            ends = self.store.write(
+                lambda ctx: node_ops.renew(ctx, self.node.id, self.lease_s, self._running()),
+                timeout=self.lease_s / 3,
+            )
+        except (ControlPlaneError, TimeoutError) as exc:
+            silent_for = time.monotonic() - self._renewed_at
+            log.warning(
+                "node %s: lease renewal failed (%.1f s without): %s", self.node.id, silent_for, exc
+            )
+            if not self._fenced and silent_for >= self.lease_s * SELF_FENCE_AT:
+                self._fenced = True
+                self.losses += 1
+                self._on_lost("the database was unreachable for most of the lease")
+            return
+        if ends is None:
+            self.losses += 1
+            if not self._fenced:
+                self._on_lost("the lease had run out: other nodes may own its sessions")
+            try:
+                self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))
+            except ControlPlaneError as exc:
+                log.warning("node %s: registering again failed: %s", self.node.id, exc)
+                return
+            log.warning("node %s: lease lost and taken anew", self.node.id)
+        self._renewed_at = time.monotonic()
+        self._fenced = False

@@ -1,0 +1,104 @@
+"""Whether a session's owner is alive, from node leases.
+
+A node (one control-plane process) holds a lease in ``nodes`` that it renews while it
+lives (actors/node_lease.py). Its owner id is dead when:
+
+- its row says it stopped, or its lease has run out by the database's clock: it crashed,
+  was partitioned from the database, or stood still (``SIGSTOP``, a long pause) past its
+  lease. Its sessions may be taken over; the fencing epoch refuses its writes if it wakes;
+- or, on this same host, its process is gone (found at once, without waiting for the
+  lease: the ``/proc`` check of store/ownership.py).
+
+An owner with no node row (a process of an earlier release, before leases) is judged by
+``/proc`` alone, as before: dead if gone from this host, alive if on another host.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, select
+
+from store.dialect_sql import db_now
+from store.ownership import owner_alive
+from store.schema import nodes
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: str
+    name: str
+    host: str
+    pid: int
+    labels: tuple[str, ...]
+    capacity: int
+    running: int
+    started_at: float
+    heartbeat_at: float
+    lease_until: float
+    stopped_at: float | None
+
+    def live_at(self, now: float) -> bool:
+        return self.stopped_at is None and self.lease_until > now
+
+
+def all_nodes(conn: Connection) -> list[NodeRecord]:
+    rows = conn.execute(select(nodes).order_by(nodes.c.name, nodes.c.started_at)).all()
+    return [
+        NodeRecord(
+            r.id,
+            r.name,
+            r.host,
+            r.pid,
+            tuple(json.loads(r.labels)),
+            r.capacity,
+            r.running,
+            r.started_at,
+            r.heartbeat_at,
+            r.lease_until,
+            r.stopped_at,
+        )
+        for r in rows
+    ]
+
+
+class Liveness:
+    """Owner liveness for one read: the node rows are read once, on first need, and each
+    distinct owner is judged once."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._leases: dict[str, tuple[str, bool]] | None = None  # id -> (host, live)
+        self._judged: dict[str, bool] = {}
+        self._host = socket.gethostname()
+
+    def _load(self) -> dict[str, tuple[str, bool]]:
+        if self._leases is None:
+            now = db_now(self._conn)
+            rows = self._conn.execute(
+                select(nodes.c.id, nodes.c.host, nodes.c.lease_until, nodes.c.stopped_at)
+            ).all()
+            self._leases = {
+                r.id: (r.host, r.stopped_at is None and r.lease_until > now) for r in rows
+            }
+        return self._leases
+
+    def alive(self, owner: str | None) -> bool:
+        if not owner:
+            return False
+        judged = self._judged.get(owner)
+        if judged is None:
+            lease = self._load().get(owner)
+            if lease is None:
+                judged = owner_alive(owner)  # no lease recorded: the process check alone
+            else:
+                host, live = lease
+                judged = live and (host != self._host or owner_alive(owner))
+            self._judged[owner] = judged
+        return judged
+
+    def live_nodes(self) -> list[NodeRecord]:
+        now = db_now(self._conn)
+        return [n for n in all_nodes(self._conn) if n.live_at(now)]

@@ -1,0 +1,223 @@
+"""Three control-plane nodes as separate processes on one PostgreSQL database: a node lost
+mid-turn (kill -9), a node that stands still past its lease (SIGSTOP), placement, and a
+change made through one node reaching the owner on another at once (LISTEN/NOTIFY)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import pytest
+
+from control_plane import CommandState, ControlPlane, Placement, SessionState
+from protocol.agent.proc_tree import MARKER_ENV
+from store import Store
+from tests.conftest import eventually, live_pids
+from tests.nodes.conftest import DISCOVER_S, LEASE_S, Fleet
+from tests.support.cp_harness import FAST, example_agent
+from tests.support.direct_sql import query
+
+LONG_TURN = "#chunks=60 #delay=100 long"  # about 6 s
+# Taken over within lease + one discovery, plus scheduling slack on a loaded 2-core box.
+TAKEOVER_BOUND_S = LEASE_S + DISCOVER_S + 6.0
+
+
+@contextmanager
+def client(fleet: Fleet) -> Iterator[ControlPlane]:
+    """A control plane that runs nothing (no node of its own): how a host submits work."""
+    settings = replace(FAST, log_dir=str(fleet.work / "logs-client"))
+    with ControlPlane.open(fleet.db, settings=settings, run_sessions=False) as cp:
+        yield cp
+
+
+def _running(cp: ControlPlane, command_id: str) -> bool:
+    return cp.command(command_id).state is CommandState.RUNNING
+
+
+def _events_are_whole(db: str, session_id: str) -> None:
+    """Seqs 1..last without a gap or a repeat, and last_event_seq agrees."""
+    seqs = [
+        r[0]
+        for r in query(
+            db, "SELECT seq FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
+    ]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
+    ((last,),) = query(db, "SELECT last_event_seq FROM sessions WHERE id = ?", (session_id,))
+    assert last == len(seqs)
+
+
+def _agent_marker(db: str, session_id: str) -> bytes:
+    with Store.open(db) as store:
+        tree = store.get_session(session_id).agent_process
+    assert tree is not None
+    return f"{MARKER_ENV}={tree['reaperPid']}.{tree['reaperStart']}".encode()
+
+
+@pytest.mark.timeout(180)
+def test_a_node_killed_mid_turn_loses_its_sessions_to_the_others_and_nothing_runs_twice(
+    fleet: Fleet,
+) -> None:
+    for name in ("n0", "n1", "n2"):
+        fleet.start(name)
+    work = fleet.work
+    with client(fleet) as cp:
+        spawned = [
+            cp.spawn(example_agent(work), work, LONG_TURN, idempotency_key=f"s{i}")
+            for i in range(6)
+        ]
+        commands = {s.session.id: s.command.id for s in spawned if s.command is not None}
+        eventually(lambda: all(_running(cp, c) for c in commands.values()), 60, "all running")
+        owners = {sid: cp.get(sid).owner for sid in commands}
+        victim = fleet.by_owner(owners[spawned[0].session.id])
+        assert victim is not None
+        lost = [sid for sid, owner in owners.items() if owner == victim.owner]
+        kept = [sid for sid in commands if sid not in lost]
+        victim.kill()
+        killed_at = time.monotonic()
+        survivors = {n.owner for n in fleet.nodes if n is not victim}
+
+        def taken_over() -> bool:
+            return all(cp.get(sid).owner in survivors for sid in lost)
+
+        eventually(taken_over, TAKEOVER_BOUND_S, "the lost sessions taken over")
+        took_s = time.monotonic() - killed_at
+        # Every command ends; the interrupted ones by the interrupted-turn policy.
+        finals = {sid: cp.wait(command_id, 90).state for sid, command_id in commands.items()}
+        for sid in kept:  # never interrupted: completed once, by its first claim
+            assert finals[sid] is CommandState.COMPLETED
+            assert cp.command(commands[sid]).attempts == 1
+        for sid in lost:
+            assert finals[sid] in (CommandState.COMPLETED, CommandState.INTERRUPTED)
+            assert cp.command(commands[sid]).attempts <= 2
+        # No session is stuck: each takes and runs a new prompt.
+        follow = {
+            sid: cp.prompt(sid, "#chunks=2 again", idempotency_key="again").id for sid in commands
+        }
+        for command_id in follow.values():
+            assert cp.wait(command_id, 90).state is CommandState.COMPLETED
+        for sid in commands:
+            _events_are_whole(fleet.db, sid)
+            assert cp.get(sid).state is SessionState.IDLE
+    print(f"takeover after kill -9: {took_s:.1f} s (lease {LEASE_S} s, discovery {DISCOVER_S} s)")
+
+
+@pytest.mark.timeout(180)
+def test_a_node_stopped_past_its_lease_writes_nothing_and_stops_its_agents(
+    fleet: Fleet,
+) -> None:
+    first = fleet.start("a")
+    work = fleet.work
+    with client(fleet) as cp:
+        spawned = cp.spawn(
+            example_agent(work), work, "#chunks=150 #delay=100 long", idempotency_key="k"
+        )
+        assert spawned.command is not None
+        sid, command_id = spawned.session.id, spawned.command.id
+        eventually(lambda: _running(cp, command_id), 60, "the turn running on a")
+        assert cp.get(sid).owner == first.owner
+        marker = _agent_marker(fleet.db, sid)
+        assert live_pids("environ", marker + b"\0"), "a's agent runs"
+        epoch_before = cp.get(sid).epoch
+        second = fleet.start("b")
+        os.kill(first.proc.pid, signal.SIGSTOP)
+        eventually(lambda: cp.get(sid).owner == second.owner, TAKEOVER_BOUND_S + 3, "taken over")
+        taken = cp.get(sid)
+        assert taken.epoch > epoch_before
+        events_at_takeover = taken.last_event_seq
+        os.kill(first.proc.pid, signal.SIGCONT)
+        # a notices its lease ran out, stops its actor and with it the agent it ran.
+        eventually(lambda: not live_pids("environ", marker + b"\0"), 30, "a's agent gone")
+        eventually(lambda: "lease had run out" in first.log_text(), 30, "a saw the lease lost")
+        assert cp.wait(command_id, 90).state in (CommandState.COMPLETED, CommandState.INTERRUPTED)
+        assert cp.get(sid).owner in (second.owner, None)
+        # Whatever was written after the takeover continues the log: no write of a's landed
+        # between (a gap or a repeat would show), and the epoch is b's, not a's.
+        _events_are_whole(fleet.db, sid)
+        assert cp.get(sid).last_event_seq >= events_at_takeover
+        assert "stopping all 1 sessions here" in first.log_text()  # its fence, not a crash
+        assert first.proc.poll() is None, "a lives on, as a node without these sessions"
+
+
+@pytest.mark.timeout(180)
+def test_placement_pins_a_session_to_its_node_and_labels_let_others_take_over(
+    fleet: Fleet,
+) -> None:
+    a = fleet.start("a", labels=("shared",))
+    work = fleet.work
+    with client(fleet) as cp:
+        pinned = cp.spawn(
+            example_agent(work), work, LONG_TURN, idempotency_key="p", placement=Placement(node="a")
+        )
+        shared = cp.spawn(
+            example_agent(work),
+            work,
+            LONG_TURN,
+            idempotency_key="s",
+            placement=Placement(labels=("shared",)),
+        )
+        nowhere = cp.spawn(
+            example_agent(work), work, "hi", idempotency_key="g", placement=Placement(node="ghost")
+        )
+        for s in (pinned, shared):
+            assert s.command is not None
+            eventually(lambda s=s: _running(cp, s.command.id), 60, "running on a")
+            assert cp.get(s.session.id).owner == a.owner
+        b = fleet.start("b", labels=("shared",))
+        fleet.start("c")  # no label: may run neither
+        a.kill()
+        eventually(lambda: cp.get(shared.session.id).owner == b.owner, TAKEOVER_BOUND_S, "b took s")
+        assert shared.command is not None
+        assert cp.wait(shared.command.id, 90).state in (
+            CommandState.COMPLETED,
+            CommandState.INTERRUPTED,
+        )
+        # The pinned session waits for its node; the one for a node that never was, too.
+        time.sleep(LEASE_S + 2 * DISCOVER_S + 1)
+        with Store.open(fleet.db) as store:
+            from store import queries
+
+            waiting = dict(store.read(queries.waiting_for_placement))
+        assert waiting.get(pinned.session.id) == "node a"
+        assert waiting.get(nowhere.session.id) == "node ghost"
+        assert cp.get(pinned.session.id).owner in (None, a.owner)  # nobody else took it
+        assert nowhere.command is not None
+        assert cp.command(nowhere.command.id).state is CommandState.QUEUED
+        # Its node comes back (a new process, the same name): the pinned session runs again.
+        fleet.start("a", labels=("shared",))
+        assert pinned.command is not None
+        assert cp.wait(pinned.command.id, 90).state in (
+            CommandState.COMPLETED,
+            CommandState.INTERRUPTED,
+        )
+        follow = cp.prompt(pinned.session.id, "after", idempotency_key="after")
+        assert cp.wait(follow.id, 60).state is CommandState.COMPLETED
+
+
+@pytest.mark.timeout(120)
+def test_a_prompt_and_a_cancel_through_any_node_reach_the_owner_at_once(fleet: Fleet) -> None:
+    # Discovery every 60 s: only the notification can explain a prompt taken in seconds.
+    owner = fleet.start("a", discover_s=60)
+    fleet.start("b", discover_s=60)
+    work = fleet.work
+    with client(fleet) as cp:
+        first = cp.spawn(example_agent(work), work, "#chunks=2 hi", idempotency_key="n")
+        assert first.command is not None
+        assert cp.wait(first.command.id, 60).ok
+        sid = first.session.id
+        assert cp.get(sid).owner in {n.owner for n in fleet.nodes}
+        started = time.monotonic()
+        again = cp.prompt(sid, "#chunks=2 again", idempotency_key="2")
+        assert cp.wait(again.id, 30).ok
+        assert time.monotonic() - started < 20  # far below the 60 s discovery
+        long = cp.prompt(sid, "#chunks=600 #delay=100 long", idempotency_key="3")
+        eventually(lambda: _running(cp, long.id), 20, "the long turn running")
+        cancelled_at = time.monotonic()
+        cp.cancel(sid)
+        assert cp.wait(long.id, 30).state is CommandState.CANCELLED
+        assert time.monotonic() - cancelled_at < 20
+    assert owner.proc.poll() is None

@@ -1,0 +1,41 @@
+"""One control-plane node of a fleet test: a process that runs sessions on a shared store.
+
+    python -m tests.support.node_driver DB WORKDIR NAME LABELS LEASE_S DISCOVER_S
+
+LABELS is comma-separated (``-`` for none). Prints ``ready <owner id>`` once its node is
+registered and it runs sessions, then serves until killed (or SIGTERM: an orderly stop).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+from control_plane import ControlPlane
+from store.ownership import this_owner
+from tests.support.cp_harness import FAST
+
+
+def main(argv: list[str]) -> int:
+    db, work, name, labels, lease_s, discover_s = argv[:6]
+    settings = replace(
+        FAST,
+        log_dir=str(Path(work) / f"logs-{name}"),
+        node_name=name,
+        node_labels=tuple(x for x in labels.split(",") if x and x != "-"),
+        lease_s=float(lease_s),
+        discover_interval_s=float(discover_s),
+    )
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with ControlPlane.open(db, settings=settings):
+        print(f"ready {this_owner()}", flush=True)
+        done.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
