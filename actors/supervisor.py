@@ -113,6 +113,8 @@ class Supervisor:
 
     def stop(self, timeout: float = 60) -> None:
         self._stopping.set()
+        for halt in list(self._deps.halts.values()):
+            halt.set()
         if self._sweeper.is_alive():
             self._sweeper.join(timeout)
         with self._lock:
@@ -139,6 +141,8 @@ class Supervisor:
         )
         with self._lock:
             refs = list(self._actors.values())
+        for halt in list(self._deps.halts.values()):
+            halt.set()  # an actor retrying a write to an unreachable store gives up
         stopping = []
         for ref in refs:
             with contextlib.suppress(pykka.ActorDeadError):

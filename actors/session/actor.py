@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -82,6 +83,8 @@ class SessionActor(pykka.ThreadingActor):
         self.last_active = time.monotonic()
         self.closing = False
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
+        self.halt = threading.Event()  # set by the supervisor: stop retrying writes
+        deps.halts[self.actor_urn] = self.halt
         # The live agent was restored with its conversation (resumed or loaded): a prompt a
         # crash interrupted is in it already and must not be sent again.
         self.context_kept = False
@@ -116,6 +119,7 @@ class SessionActor(pykka.ThreadingActor):
             except ControlPlaneError:
                 log.exception("releasing session %s failed", self.session_id)
         self.deps.live_agents.gone(self.session_id)
+        self.deps.halts.pop(self.actor_urn, None)
         self.deps.on_stopped(self.session_id, self.actor_urn)
 
     def on_failure(self, *_: Any) -> None:
@@ -333,7 +337,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
         """Commit a turn's end behind (and with) the turn's last recorded updates."""
-        write_after_frames(self.store, self.recorder, fn, self.deps.stopping, self.session_id)
+        write_after_frames(self.store, self.recorder, fn, self.halt, self.session_id)
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""
@@ -396,7 +400,7 @@ class SessionActor(pykka.ThreadingActor):
 
     def _write(self, fn: Callable[[WriteContext], T]) -> T:
         """A lifecycle write that must land (see ``write_until_taken``)."""
-        return write_until_taken(self.store, fn, self.deps.stopping, self.session_id)
+        return write_until_taken(self.store, fn, self.halt, self.session_id)
 
     def _call_quietly(self, coro: Any, timeout: float = 10) -> None:
         call_quietly(self.deps.loop, coro, timeout, self.session_id)

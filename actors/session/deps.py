@@ -29,3 +29,7 @@ class ActorDeps:
     stopping: threading.Event = field(default_factory=threading.Event)
     # Where the actor posts when it went idle, for the cap on live agents.
     live_agents: LiveAgents = field(default_factory=lambda: LiveAgents(None))
+    # Each live actor's "give up retrying writes" event, by actor urn: set for all at
+    # shutdown, and when this node lost its lease (the supervisor's fence), so an actor
+    # waiting for an unreachable store gets to its stop, which ends its agent.
+    halts: dict[str, threading.Event] = field(default_factory=dict)

@@ -45,9 +45,12 @@ class Fleet:
         labels: tuple[str, ...] = (),
         lease_s: float = LEASE_S,
         discover_s: float = DISCOVER_S,
+        db: str | None = None,
     ) -> Node:
+        """A node process on the fleet's database (or ``db``: the same one by another way,
+        e.g. through a proxy)."""
         log = self.work / f"node-{name}-{len(self.nodes)}.log"
-        argv = [self.db, str(self.work), name, ",".join(labels) or "-", str(lease_s)]
+        argv = [db or self.db, str(self.work), name, ",".join(labels) or "-", str(lease_s)]
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.node_driver", *argv, str(discover_s)],
             stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
@@ -20,6 +21,8 @@ from tests.conftest import eventually, live_pids
 from tests.nodes.conftest import DISCOVER_S, LEASE_S, Fleet
 from tests.support.cp_harness import FAST, example_agent
 from tests.support.direct_sql import query
+from tests.support.postgres import PostgresServer
+from tests.support.tcp_proxy import TcpProxy
 
 LONG_TURN = "#chunks=60 #delay=100 long"  # about 6 s
 # Taken over within lease + one discovery, plus scheduling slack on a loaded 2-core box.
@@ -165,7 +168,7 @@ def test_placement_pins_a_session_to_its_node_and_labels_let_others_take_over(
         )
         for s in (pinned, shared):
             assert s.command is not None
-            eventually(lambda s=s: _running(cp, s.command.id), 60, "running on a")
+            eventually(partial(_running, cp, s.command.id), 60, "running on a")
             assert cp.get(s.session.id).owner == a.owner
         b = fleet.start("b", labels=("shared",))
         fleet.start("c")  # no label: may run neither
@@ -221,3 +224,46 @@ def test_a_prompt_and_a_cancel_through_any_node_reach_the_owner_at_once(fleet: F
         assert cp.wait(long.id, 30).state is CommandState.CANCELLED
         assert time.monotonic() - cancelled_at < 20
     assert owner.proc.poll() is None
+
+
+@pytest.mark.timeout(180)
+def test_a_node_cut_off_from_the_database_stops_its_agents_and_comes_back_fenced(
+    fleet: Fleet, postgres_server: PostgresServer
+) -> None:
+    proxy = TcpProxy(postgres_server.port)
+    try:
+        cut_off = fleet.start(
+            "a", db=fleet.db.replace(f":{postgres_server.port}/", f":{proxy.port}/")
+        )
+        work = fleet.work
+        with client(fleet) as cp:
+            spawned = cp.spawn(
+                example_agent(work), work, "#chunks=200 #delay=100 long", idempotency_key="k"
+            )
+            assert spawned.command is not None
+            sid, command_id = spawned.session.id, spawned.command.id
+            eventually(lambda: _running(cp, command_id), 60, "running on a")
+            marker = _agent_marker(fleet.db, sid)
+            other = fleet.start("b")
+            proxy.cut()
+            # a stops its agent within three quarters of its lease (before the others may
+            # take the session), then b takes the session over once the lease has run out.
+            eventually(
+                lambda: not live_pids("environ", marker + b"\0"), LEASE_S + 5, "a's agent stopped"
+            )
+            eventually(
+                lambda: cp.get(sid).owner == other.owner, TAKEOVER_BOUND_S + 3, "b took over"
+            )
+            proxy.restore()
+            eventually(lambda: "lease lost and taken anew" in cut_off.log_text(), 30, "a knows")
+            assert "the database was unreachable for most of the lease" in cut_off.log_text()
+            assert cp.wait(command_id, 90).state in (
+                CommandState.COMPLETED,
+                CommandState.INTERRUPTED,
+            )
+            follow = cp.prompt(sid, "#chunks=2 after", idempotency_key="after")
+            assert cp.wait(follow.id, 60).state is CommandState.COMPLETED
+            _events_are_whole(fleet.db, sid)
+            assert cut_off.proc.poll() is None
+    finally:
+        proxy.close()

@@ -34,161 +34,24 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
-MISSING_REASON = (
-    "PostgreSQL server binaries not found: apt-get install postgresql (or set ACPCTL_PG_BIN)"
+from tests.support.postgres_machine import (
+    MISSING_REASON,
+    PREFIX,
+    STOP_TIMEOUT_S,
+    find_server_binaries,
+    has_binaries,
+    reap_stale,
+    tmp_root,
 )
 
-_REQUIRED = ("initdb", "pg_ctl", "postgres")
-_PREFIX = "acpctl-pg-"
+__all__ = ["MISSING_REASON", "PostgresServer", "find_server_binaries"]
+
 _RUN_AS = "nobody"
 _READY_TIMEOUT_S = 30.0
-_STOP_TIMEOUT_S = 10.0
-# A directory without owner.pid younger than this is still being set up by its owner
-# (mkdtemp comes a moment before the pid is written): leave it alone.
-_SETUP_GRACE_S = 60.0
 _NAME_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 # The messages of a postmaster that lost the race for its port to another process.
 _BIND_FAILURES = ("could not bind", "could not create any TCP/IP sockets")
 _PORT_ATTEMPTS = 5
-
-
-def _tmp_root() -> Path:
-    # /tmp is world-traversable; $TMPDIR (what tempfile would pick) may not be, for nobody.
-    tmp = Path("/tmp")
-    return tmp if tmp.is_dir() else Path(tempfile.gettempdir())
-
-
-def _has_binaries(directory: Path) -> bool:
-    return all(os.access(directory / name, os.X_OK) for name in _REQUIRED)
-
-
-def _version_key(path: Path) -> tuple[int, ...]:
-    return tuple(int(part) for part in path.name.split(".") if part.isdigit())
-
-
-def find_server_binaries() -> Path | None:
-    """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``, or None.
-
-    ``$ACPCTL_PG_BIN`` first (a developer's own build), then Debian's newest
-    ``/usr/lib/postgresql/<ver>/bin`` (Debian keeps the server binaries off $PATH), then
-    wherever ``initdb`` on $PATH really lives (``/usr/local/bin/initdb`` is a symlink, and
-    ``postgres`` sits beside its target, not beside the link).
-    """
-    override = os.environ.get("ACPCTL_PG_BIN")
-    if override:
-        path = Path(override)
-        return path if _has_binaries(path) else None
-    debian = Path("/usr/lib/postgresql")
-    if debian.is_dir():
-        versions = sorted(
-            (p for p in debian.iterdir() if _version_key(p)), key=_version_key, reverse=True
-        )
-        for version in versions:
-            if _has_binaries(version / "bin"):
-                return version / "bin"
-    initdb = shutil.which("initdb")
-    if initdb:
-        path = Path(initdb).resolve().parent
-        if _has_binaries(path):
-            return path
-    return None
-
-
-def _proc_stat_state(pid: int) -> str | None:
-    """The state letter of /proc/PID/stat, or None where there is no such file."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read().decode(errors="replace")
-    except OSError:
-        return None
-    # The command name in parentheses may hold spaces and parentheses itself.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return fields[0] if fields else None
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process runs; a zombie (dead, not reaped: an orphaned postmaster whose new
-    parent never reaps, as in some containers) counts as dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return _proc_stat_state(pid) != "Z"
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        first = path.read_text().split("\n", 1)[0].strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(first) if first.isdigit() else None
-
-
-def _is_postmaster_of(pid: int, directory: Path) -> bool:
-    """Whether PID is a postgres serving DIRECTORY's data: pids get reused, and the reaper
-    must never signal a stranger."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            argv = fh.read().split(b"\0")
-    except OSError:
-        return False
-    return (
-        bool(argv) and argv[0].endswith(b"postgres") and str(directory).encode() in b" ".join(argv)
-    )
-
-
-def _wait_dead(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _pid_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _kill_postmaster(pid: int) -> None:
-    """SIGQUIT is postgres's immediate shutdown: the postmaster takes its backends down and
-    frees its shared memory; SIGKILL only where it does not go in time."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGQUIT)
-    if not _wait_dead(pid, _STOP_TIMEOUT_S):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _wait_dead(pid, _STOP_TIMEOUT_S)
-
-
-def reap_stale(root: Path | None = None, keep: Path | None = None) -> list[Path]:
-    """Remove the ``acpctl-pg-*`` directories of test processes that died without stopping
-    their servers (killed -9, or the machine's earlier run): kill such a directory's
-    postmaster if it still runs, then delete the directory. Returns the directories removed.
-
-    A directory whose owner still runs is left alone even if its postmaster is dead: the
-    owner may be between initdb and the postmaster's start, and will clean up itself.
-    """
-    removed: list[Path] = []
-    for directory in (root or _tmp_root()).glob(_PREFIX + "*"):
-        if directory == keep or not directory.is_dir() or directory.is_symlink():
-            continue
-        owner = _read_pid(directory / "owner.pid")
-        if owner is None:
-            try:
-                age = time.time() - directory.stat().st_mtime
-            except OSError:
-                continue
-            if age < _SETUP_GRACE_S:
-                continue
-        elif _pid_alive(owner):
-            continue
-        for record in (directory / "postmaster.pid", directory / "data" / "postmaster.pid"):
-            pid = _read_pid(record)
-            if pid is not None and _pid_alive(pid) and _is_postmaster_of(pid, directory):
-                _kill_postmaster(pid)
-        shutil.rmtree(directory, ignore_errors=True)
-        if not directory.exists():
-            removed.append(directory)
-    return removed
 
 
 def _free_port() -> int:
@@ -213,8 +76,11 @@ class PostgresServer:
     Connections are by TCP on 127.0.0.1 as the superuser ``postgres``, with trust auth.
     """
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, fsync: bool = False) -> None:
         self.bin_dir = Path(bin_dir)
+        # Off for tests: they need no power-loss durability (they kill the control plane,
+        # never this server), and copies of the template are fast. On for benchmarks.
+        self.fsync = fsync
         self.tmp: Path | None = None
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -270,12 +136,12 @@ class PostgresServer:
         connections. Raises RuntimeError (with the log's tail) where it does not in 30 s."""
         if self.tmp is not None:
             raise RuntimeError("PostgresServer.start() called twice")
-        if not _has_binaries(self.bin_dir):
+        if not has_binaries(self.bin_dir):
             raise RuntimeError(f"{MISSING_REASON} (looked in {self.bin_dir})")
         self._owner_pid = os.getpid()
         # Register first: a failure anywhere below still removes the directory at exit.
         atexit.register(self._stop_at_exit)
-        self.tmp = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=_tmp_root()))
+        self.tmp = Path(tempfile.mkdtemp(prefix=PREFIX, dir=tmp_root()))
         (self.tmp / "owner.pid").write_text(f"{os.getpid()}\n")
         reap_stale(self.tmp.parent, keep=self.tmp)
         try:
@@ -361,9 +227,7 @@ class PostgresServer:
                     "-c",
                     "max_connections=300",
                     "-c",
-                    # A test server needs no power-loss durability (the tests kill the
-                    # control plane, never this server): copies of the template are fast.
-                    "fsync=off",
+                    f"fsync={'on' if self.fsync else 'off'}",
                     "-c",
                     "shared_buffers=32MB",
                     "-c",
@@ -479,10 +343,10 @@ class PostgresServer:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGQUIT)
             try:
-                proc.wait(timeout=_STOP_TIMEOUT_S)
+                proc.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait(timeout=_STOP_TIMEOUT_S)
+                proc.wait(timeout=STOP_TIMEOUT_S)
 
     def stop(self) -> None:
         """Immediate shutdown, then delete the directory. Safe to call more than once."""
@@ -512,44 +376,3 @@ class PostgresServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _self_check(rounds: int) -> None:
-    bin_dir = find_server_binaries()
-    if bin_dir is None:
-        raise SystemExit(MISSING_REASON)
-    print(f"binaries: {bin_dir}")
-    starts: list[float] = []
-    for _ in range(rounds):
-        t0 = time.monotonic()
-        server = PostgresServer(bin_dir)
-        server.start()
-        t1 = time.monotonic()
-        url = server.create_database()
-        t2 = time.monotonic()
-        conn = psycopg.connect(url, autocommit=True)
-        row = conn.execute("SELECT 1").fetchone()
-        assert row == (1,), row
-        t3 = time.monotonic()
-        # The connection is still open: drop_database must end it.
-        server.drop_database(url)
-        t4 = time.monotonic()
-        conn.close()
-        tmp = server.tmp
-        server.stop()
-        server.stop()
-        t5 = time.monotonic()
-        assert tmp is not None and not tmp.exists(), tmp
-        starts.append(t1 - t0)
-        print(
-            f"start {t1 - t0:.3f}s  create_database {t2 - t1:.3f}s  select {t3 - t2:.3f}s"
-            f"  drop_database {t4 - t3:.3f}s  stop {t5 - t4:.3f}s"
-        )
-    starts.sort()
-    print(f"median start over {rounds}: {starts[len(starts) // 2]:.3f}s")
-
-
-if __name__ == "__main__":
-    import sys
-
-    _self_check(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
