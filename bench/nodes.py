@@ -8,7 +8,9 @@ What is measured (all on this machine, side by side in one run, rounds interleav
     database (``fsync=on``, ``synchronous_commit=on``: a commit is on disk before it is
     acknowledged, like SQLite's FULL).
 (b) *Turn latency*: one ``ControlPlane`` and one session of the no-op agent; sequential
-    prompts, each timed from ``prompt()`` to its outcome; SQLite against PostgreSQL.
+    prompts, each timed from ``prompt()`` to its outcome; SQLite against PostgreSQL. Also
+    counted per turn: the node writer's transactions, and on PostgreSQL every transaction
+    and row of the database (``pg_stat_database``) over the same turns.
 (c) *Nodes*: 1, 2 and 3 node processes (``tests.support.node_driver``) on one PostgreSQL
     database; a client spawns 24 sessions and then sends waves of one prompt per session.
     Reported: commands completed per second over the waves, and a prompt's enqueue-to-start
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -99,15 +102,36 @@ def commands_per_s(db: str, commands: int) -> float:
 # -- (b) turn latency ----------------------------------------------------------------------
 
 
-def turn_latencies(db: str, turns: int, work: str) -> list[float]:
+def _pg_counts(admin_url: str, db: str) -> tuple[int, int, int]:
+    """(transactions committed, rows inserted, rows updated) of ``db`` so far."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted, tup_updated FROM pg_stat_database "
+            "WHERE datname = %s",
+            (db.rsplit("/", 1)[1],),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def turn_latencies(
+    db: str, turns: int, work: str, admin_url: str | None = None
+) -> tuple[list[float], dict[str, float]]:
+    """Each turn's time; with ``admin_url`` (PostgreSQL) also what one turn cost the
+    database, counted: the writer's transactions, and all transactions and rows."""
     from control_plane import ControlPlane
     from tests.support.cp_harness import FAST
 
     settings = replace(FAST, log_dir=os.path.join(work, "logs"))
+    counts: dict[str, float] = {}
     with ControlPlane.open(db, settings=settings) as cp:
         spawned = cp.spawn(NOOP, work, "warm up")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
+        writes_before = cp._store.commit_stats[0]
+        pg_before = _pg_counts(admin_url, db) if admin_url else None
         times = []
         for i in range(turns):
             start = now()
@@ -115,7 +139,15 @@ def turn_latencies(db: str, turns: int, work: str) -> list[float]:
             if not cp.wait(command.id, 60).ok:
                 raise RuntimeError(f"turn {i} failed")
             times.append(now() - start)
-        return times
+        counts["write_tx_per_turn"] = (cp._store.commit_stats[0] - writes_before) / turns
+        if admin_url and pg_before:
+            time.sleep(0.6)  # the statistics collector reports with a short delay
+            after = _pg_counts(admin_url, db)
+            # Includes the sweep's reads and the lease renewals of the same seconds.
+            counts["pg_tx_per_turn"] = (after[0] - pg_before[0]) / turns
+            counts["rows_inserted_per_turn"] = (after[1] - pg_before[1]) / turns
+            counts["rows_updated_per_turn"] = (after[2] - pg_before[2]) / turns
+        return times, counts
 
 
 # -- (c) nodes -----------------------------------------------------------------------------
@@ -217,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         rates: dict[str, list[float]] = {"sqlite": [], "postgresql": []}
         turns: dict[str, list[float]] = {"sqlite": [], "postgresql": []}
+        per_turn: dict[str, list[dict[str, float]]] = {}
         for r in range(args.rounds):
             progress(f"round {r + 1}/{args.rounds}: (a) commands/s, (b) turns")
             for backend in ("sqlite", "postgresql"):
@@ -231,7 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                     if backend == "sqlite"
                     else server.create_database()
                 )
-                turns[backend] += turn_latencies(db, args.turns, work)
+                admin = None if backend == "sqlite" else server.admin_url()
+                times, counts = turn_latencies(db, args.turns, work, admin)
+                turns[backend] += times
+                per_turn.setdefault(backend, []).append(counts)
         report["commands_per_s"] = {k: median(v) for k, v in rates.items()}
         report["commands_ratio_pg_to_sqlite"] = median(rates["postgresql"]) / median(
             rates["sqlite"]
@@ -240,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
             k: {"p50": median(v) * 1000, "p99": _p(v, 0.99) * 1000} for k, v in turns.items()
         }
         report["turn_ratio_pg_to_sqlite"] = median(turns["postgresql"]) / median(turns["sqlite"])
+        report["per_turn"] = {
+            backend: {key: median([c[key] for c in runs]) for key in runs[0]}
+            for backend, runs in per_turn.items()
+        }
         nodes: dict[int, list[dict[str, float]]] = {1: [], 2: [], 3: []}
         for r in range(args.rounds):
             for count in nodes:
@@ -261,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in report["turn_ms"].items():
         print(f"    {k:<11} p50 {v['p50']:6.1f} ms   p99 {v['p99']:6.1f} ms")
     print(f"    PostgreSQL / SQLite (p50): {report['turn_ratio_pg_to_sqlite']:.2f}x")
+    for backend, counts in report["per_turn"].items():
+        shown = ", ".join(f"{k.replace('_per_turn', '')} {v:.1f}" for k, v in counts.items())
+        print(f"    per turn on {backend}: {shown}")
     print(f"(c) nodes on one PostgreSQL: {args.sessions} sessions, {args.waves} waves")
     for count, v in report["nodes"].items():
         print(

@@ -21,13 +21,13 @@ import os
 import random
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +35,7 @@ from control_plane import ControlPlane
 from protocol.transcript.reader import validate_v3
 from tests.conftest import live_pids
 from tests.support.crash_loop_driver import prompt_text
+from tests.support.direct_sql import rows
 
 BUDGET_ERROR = re.compile(r"^interrupted (\d+) times; attempt budget of (\d+) exhausted$")
 # Where in a driver's life the kill lands, counted from: the process start (imports, open,
@@ -88,7 +89,7 @@ def _seed() -> int:
 
 
 def _start_driver(
-    work: Path, life: int, n_sessions: int, per_session: int
+    work: Path, life: int, n_sessions: int, per_session: int, db: str | None = None
 ) -> subprocess.Popen[bytes]:
     log = open(work / f"driver-{life}.log", "wb")  # noqa: SIM115 - the child holds it
     try:
@@ -97,7 +98,7 @@ def _start_driver(
                 sys.executable,
                 "-m",
                 "tests.support.crash_loop_driver",
-                str(work / "cp.db"),
+                db or str(work / "cp.db"),
                 str(work),
                 str(n_sessions),
                 str(per_session),
@@ -227,38 +228,36 @@ def run_crash_loop(
     return figures
 
 
-def check_invariants(work: Path, n_sessions: int, figures: Figures) -> None:
+def check_invariants(work: Path, n_sessions: int, figures: Figures, db: str | None = None) -> None:
+    """The invariants of the module docstring, on ``db`` (default: the SQLite file in
+    ``work``; the fleet loop passes its PostgreSQL database)."""
     per_session = figures.per_session
+    db = db or str(work / "cp.db")
     leftover = _no_agents_left(work)
     assert not leftover, f"agent processes outlived their driver: {leftover}"
 
-    conn = sqlite3.connect(f"file:{work / 'cp.db'}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        sessions = conn.execute(
-            "SELECT id, spawn_key, state, owner, last_event_seq FROM sessions"
-        ).fetchall()
-        commands = conn.execute(
-            "SELECT id, session_id, seq, state, attempts, max_attempts, error, payload "
-            "FROM commands"
-        ).fetchall()
-        events = conn.execute(
-            "SELECT id, session_id, seq, command_id, kind, payload FROM events "
-            "ORDER BY session_id, seq"
-        ).fetchall()
-        sinks = conn.execute(
-            "SELECT b.session_id, b.target, cp.last_event_seq FROM bindings b "
-            "JOIN delivery_checkpoints cp ON cp.binding_id = b.id"
-        ).fetchall()
-    finally:
-        conn.close()
+    sessions = rows(db, "SELECT id, spawn_key, state, owner, last_event_seq FROM sessions")
+    commands = rows(
+        db,
+        "SELECT id, session_id, seq, state, attempts, max_attempts, error, payload FROM commands",
+    )
+    events = rows(
+        db,
+        "SELECT id, session_id, seq, command_id, kind, payload FROM events "
+        "ORDER BY session_id, seq",
+    )
+    sinks = rows(
+        db,
+        "SELECT b.session_id, b.target, cp.last_event_seq FROM bindings b "
+        "JOIN delivery_checkpoints cp ON cp.binding_id = b.id",
+    )
 
     # The sessions and commands the driver asked for, once each.
     assert sorted(s["spawn_key"] for s in sessions) == sorted(f"s{i}" for i in range(n_sessions))
     assert len(commands) == n_sessions * per_session
     figures.commands = len(commands)
 
-    by_session: dict[str, list[sqlite3.Row]] = defaultdict(list)
+    by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for event in events:
         by_session[event["session_id"]].append(event)
 
@@ -344,13 +343,13 @@ def check_invariants(work: Path, n_sessions: int, figures: Figures) -> None:
 
     # Export: a valid JSONL v3 transcript per session.
     (work / "exports").mkdir(exist_ok=True)
-    with ControlPlane.open(work / "cp.db", run_sessions=False) as cp:
+    with ControlPlane.open(db, run_sessions=False) as cp:
         for s in sessions:
             target = cp.export_jsonl(s["id"], work / "exports" / f"{s['spawn_key']}.jsonl")
             validate_v3(target)
 
 
-def _completing_agent_pids(by_session: dict[str, list[sqlite3.Row]]) -> dict[str, int]:
+def _completing_agent_pids(by_session: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     """For each command whose turn ended, the pid of the agent that served that turn (the
     latest ``agent_started`` before it in the session's log)."""
     out: dict[str, int] = {}

@@ -20,6 +20,8 @@ from acp import PROTOCOL_VERSION, Client, spawn_agent_process, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
+from tests.support.direct_sql import is_postgres, query
+
 from .agents import AgentLaunch
 from .client import RecordingClient
 from .model_server import RecordedRequest, _anthropic_text, _gemini_text, _openai_item_text
@@ -48,23 +50,50 @@ def _toml(value: Any) -> str:
 
 @dataclass
 class ControlPlaneFiles:
-    """One store and one config file for one agent, in ``root``."""
+    """One store and one config file for one agent, in ``root``; the store is a SQLite file
+    there, or ``db_url``'s PostgreSQL database (the ``db`` fixture's other backend)."""
 
     root: Path
     agent: str
+    db_url: str | None = None
+
+    @classmethod
+    def on(cls, root: Path, agent: str, db: str) -> ControlPlaneFiles:
+        """On the ``db`` fixture's store: its PostgreSQL database, or a file in ``root``."""
+        return cls(root, agent, db if is_postgres(db) else None)
 
     @property
     def config(self) -> Path:
         return self.root / "acpctl.toml"
 
     @property
-    def db(self) -> Path:
-        return self.root / "cp.db"
+    def db(self) -> str:
+        return self.db_url or str(self.root / "cp.db")
+
+    @property
+    def agent_logs(self) -> Path:
+        """Next to the store file; with PostgreSQL, in the data directory of acpctl's HOME."""
+        if self.db_url is None:
+            return self.root / "agent-logs"
+        return self.root / "cp-home" / ".local" / "share" / "acpctl" / "agent-logs"
 
     def store_files(self) -> list[Path]:
-        """The store file and its -wal / -shm companions that exist now."""
-        paths = [self.db, Path(f"{self.db}-wal"), Path(f"{self.db}-shm")]
+        """The store file and its -wal / -shm companions that exist now (none: PostgreSQL)."""
+        if self.db_url is not None:
+            return []
+        paths = [Path(self.db), Path(f"{self.db}-wal"), Path(f"{self.db}-shm")]
         return [p for p in paths if p.exists()]
+
+    def store_contents(self) -> list[tuple[str, bytes]]:
+        """Everything the store holds, as bytes to search: the files' bytes, or every row of
+        every table of the PostgreSQL database as text."""
+        if self.db_url is None:
+            return [(str(p), p.read_bytes()) for p in self.store_files()]
+        tables = [
+            r[0]
+            for r in query(self.db, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        ]
+        return [(f"table {t}", repr(query(self.db, f"SELECT * FROM {t}")).encode()) for t in tables]
 
     def write_config(self, launch: AgentLaunch, permission: str = "ask") -> None:
         """``[agents.NAME]`` with the harness's argv and every variable of its env (HOME too);

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 import uuid
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.direct_sql import query
 
 from .client import RecordingClient, agent_connection, message_text, update_kinds
 from .conftest import RealAgent
@@ -40,8 +41,12 @@ from .cp_helpers import (
 INTERRUPTED_MARK = "[acpctl: this turn was interrupted"
 
 
-def _cp(real_agent: RealAgent, tmp_path: Path) -> ControlPlaneFiles:
-    cp = ControlPlaneFiles(tmp_path / "cp", real_agent.name)
+def _cp(real_agent: RealAgent, tmp_path: Path, db: str | None = None) -> ControlPlaneFiles:
+    cp = (
+        ControlPlaneFiles(tmp_path / "cp", real_agent.name)
+        if db is None
+        else ControlPlaneFiles.on(tmp_path / "cp", real_agent.name, db)
+    )
     cp.write_config(real_agent.launch)
     return cp
 
@@ -57,22 +62,18 @@ def _event_kinds(cp: ControlPlaneFiles, session_id: str) -> list[str]:
 
 
 def _agent_process(cp: ControlPlaneFiles) -> dict[str, Any] | None:
-    db = sqlite3.connect(f"file:{cp.db}?mode=ro", uri=True)
-    try:
-        rows = db.execute("select agent_process from sessions").fetchall()
-    finally:
-        db.close()
+    rows = query(cp.db, "select agent_process from sessions")
     assert len(rows) == 1, rows
     return json.loads(rows[0][0]) if rows[0][0] else None
 
 
 @pytest.mark.timeout(120)
-def test_kill_9_of_serve_during_a_tool_call(real_agent: RealAgent, tmp_path: Path) -> None:
+def test_kill_9_of_serve_during_a_tool_call(real_agent: RealAgent, tmp_path: Path, db: str) -> None:
     """SIGKILL of serve while the agent's shell command runs: the whole agent tree (also the
     setsid'ed command) is dead within 1 s, the command's side effect never happens; after a
     restart the session loads, takes the next prompt, and the cut-short prompt is never sent
-    to the model again."""
-    cp, cwd, server = _cp(real_agent, tmp_path), real_agent.cwd, real_agent.server
+    to the model again. On both backends."""
+    cp, cwd, server = _cp(real_agent, tmp_path, db), real_agent.cwd, real_agent.server
     side = cwd / "side.txt"
     client = RecordingClient(cwd)
 
@@ -234,7 +235,7 @@ def test_serve_answers_like_the_agent_and_passes_mcp_servers(
 
 def _leaks(secret: str, cp: ControlPlaneFiles, session_id: str, tmp_path: Path) -> list[str]:
     """Where ``secret`` shows up in the store and in what acpctl prints about the session."""
-    found = [str(p) for p in cp.store_files() if secret.encode() in p.read_bytes()]
+    found = [name for name, content in cp.store_contents() if secret.encode() in content]
     export = tmp_path / f"export-{uuid.uuid4().hex[:6]}.jsonl"
     for args in (
         ("events", session_id, "--json"),
@@ -248,7 +249,8 @@ def _leaks(secret: str, cp: ControlPlaneFiles, session_id: str, tmp_path: Path) 
     if secret in export.read_text():
         found.append(f"export file {export}")
     # the control plane's own logs of the agents' stderr
-    for log in (cp.root / "agent-logs").glob("*"):
+    assert cp.agent_logs.is_dir(), cp.agent_logs  # the logs were looked at where they are
+    for log in cp.agent_logs.glob("*"):
         if log.is_file() and secret.encode() in log.read_bytes():
             found.append(str(log))
     return found
@@ -256,11 +258,11 @@ def _leaks(secret: str, cp: ControlPlaneFiles, session_id: str, tmp_path: Path) 
 
 @pytest.mark.timeout(120)
 def test_api_key_is_never_stored_and_a_rotated_key_reaches_the_next_launch(
-    real_agent: RealAgent, tmp_path: Path
+    real_agent: RealAgent, tmp_path: Path, db: str
 ) -> None:
     server, cwd, api = real_agent.server, real_agent.cwd, API_OF[real_agent.name]
     old, new = f"sk-old-{uuid.uuid4().hex}", f"sk-new-{uuid.uuid4().hex}"
-    cp = ControlPlaneFiles(tmp_path / "cp", real_agent.name)
+    cp = ControlPlaneFiles.on(tmp_path / "cp", real_agent.name, db)
     cp.write_config(real_agent.relaunch(api_key=old))
     server.require_key = old
 
@@ -290,9 +292,12 @@ def test_api_key_is_never_stored_and_a_rotated_key_reaches_the_next_launch(
             resp = await prompt(conn, session_id, "SAY with the new key")
             assert resp.stop_reason == "end_turn"
             assert "with the new key" in message_text(client.updates)
-            # while serve runs, the -wal and -shm files exist too
+            # while serve runs (SQLite: the -wal and -shm files exist too)
             return [
-                str(p) for p in cp.store_files() for k in (old, new) if k in p.read_text("latin-1")
+                name
+                for name, content in cp.store_contents()
+                for k in (old, new)
+                if k.encode() in content
             ]
 
     live_leaks = asyncio.run(second())

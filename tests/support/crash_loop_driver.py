@@ -3,6 +3,8 @@ restarted, it must still bring every command to a final state exactly once.
 
     python -m tests.support.crash_loop_driver DB WORKDIR N_SESSIONS PROMPTS_PER_SESSION
 
+DB is a SQLite file or a PostgreSQL URL.
+
 Opens a ControlPlane on DB (the example agent as real subprocesses, at most 4 turns at a
 time), spawns N sessions (spawn keys ``s{i}``: a restarted driver gets the same sessions
 back), each with a JSONL sink ``WORKDIR/sinks/<i>.jsonl`` and a first prompt, queues the
@@ -31,14 +33,16 @@ def prompt_text(i: int, j: int) -> str:
     return f"#chunks=5 #delay=20 s{i}-p{j}"
 
 
-def open_cp(db: Path, workdir: Path) -> ControlPlane:
+def open_cp(db: Path | str, workdir: Path) -> ControlPlane:
     """Like ``tests.support.cp_harness.open_cp`` but on an explicit store path."""
     settings = replace(FAST, log_dir=str(workdir / "logs"), max_running_turns=MAX_RUNNING_TURNS)
     return ControlPlane.open(db, settings=settings)
 
 
 def main(argv: list[str]) -> int:
-    db, workdir = Path(argv[0]).resolve(), Path(argv[1]).resolve()
+    # A SQLite file, or a PostgreSQL URL (the fleet crash loop: three drivers, one database).
+    db = argv[0] if "://" in argv[0] else Path(argv[0]).resolve()
+    workdir = Path(argv[1]).resolve()
     n_sessions, per_session = int(argv[2]), int(argv[3])
     agent = example_agent(workdir)
     with open_cp(db, workdir) as cp:

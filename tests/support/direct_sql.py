@@ -38,3 +38,18 @@ def execute(db: str, sql: str, params: Sequence[Any] = ()) -> int:
             return lite.execute(sql, params).rowcount
     finally:
         lite.close()
+
+
+def rows(db: str, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    """Like ``query``, each row as a dict by column name."""
+    if is_postgres(db):
+        with psycopg.connect(db, autocommit=True) as conn:
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            names = [c.name for c in cursor.description or ()]
+            return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    lite = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    lite.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in lite.execute(sql, params).fetchall()]
+    finally:
+        lite.close()
