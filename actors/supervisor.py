@@ -40,6 +40,7 @@ from state_machines import ControlPlaneError
 from store import RecoveryReport, Store, ops, queries
 from store.listen import SessionNotifications
 from store.location import Backend
+from store.ops import claims
 from store.ops.nodes import NodeSpec
 from store.ownership import this_owner
 
@@ -284,8 +285,22 @@ class Supervisor:
             self.slots.request(session_id)
 
     def _discover(self) -> None:
-        """Queue every session with work that no live process owns."""
+        """Queue every session with work that no live process owns: on PostgreSQL first
+        claimed up to the free turn slots (``SKIP LOCKED``: nodes discovering together take
+        different sessions; store/ops/claims.py), then the rest as on SQLite (activation
+        takes ownership, a session another node took meanwhile is left to it)."""
         node = self.node
+        free = self.slots.limit - self.slots.running - self.slots.waiting
+        if self.store.backend is Backend.POSTGRESQL and free > 0:
+            try:
+                claimed = self.store.write(
+                    lambda ctx: claims.claim_sessions(ctx, self.me, node.name, node.labels, free)
+                )
+            except ControlPlaneError as exc:  # discovery below still finds the work
+                log.warning("claiming work failed: %s", exc)
+                claimed = []
+            for session_id in claimed:
+                self.slots.request(session_id)
         for session_id in self.store.read(
             lambda c: queries.sessions_with_work(c, self.me, node.name, node.labels)
         ):
