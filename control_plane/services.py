@@ -59,6 +59,11 @@ class FrontEndServices:
     def store_location(self) -> StoreLocation:
         return self._store.location
 
+    def nodes(self) -> list[dict[str, Any]]:
+        """The store's nodes that have not stopped: name, host, labels, running turns
+        against capacity, lease left (docs/operations.md, "Running a fleet")."""
+        return self._store.read(queries.node_views)
+
     def run_on_loop(self, coro: Coroutine[Any, Any, T], timeout: float | None) -> T:
         """Run ``coro`` on the protocol loop (where agent connections live) and wait for
         it from this thread. Never call it from the loop itself."""

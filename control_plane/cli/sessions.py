@@ -285,9 +285,7 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
     """Store path, sessions by state, running turns, queue depth, last recovery."""
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened_store(ctx) as store:
-        from control_plane.cli.nodes_view import node_json
         from store import queries
-        from store.dialect_sql import db_now
         from store.ownership import this_owner
 
         by_state = store.read(queries.count_sessions_by_state)
@@ -298,7 +296,7 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
         )
         interrupted = store.read(queries.interrupted_counts)
         usage, stopped = store.read(queries.usage_totals)
-        nodes, now = store.read(lambda c: (queries.all_nodes(c), db_now(c)))
+        nodes = store.read(queries.node_views)
         waiting = store.read(queries.waiting_for_placement)
         path = store.path
     report: dict[str, Any] = {
@@ -314,7 +312,7 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
         },
         "usage": usage.to_json(),
         "stoppedByBudget": stopped,
-        "nodes": [node_json(n, now) for n in nodes if n.stopped_at is None],
+        "nodes": nodes,
         "waitingForPlacement": [{"session": s, "placement": p} for s, p in waiting],
     }
     if json_out:

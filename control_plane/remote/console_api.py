@@ -207,6 +207,7 @@ def _status(hub: Hub, token: TokenRecord) -> dict[str, Any]:
             "draining": hub.draining,
         },
         "batches": [{"id": batch, **dict(counts)} for batch, counts in sorted(batches.items())],
+        "nodes": hub.cp.nodes(),
     }
 
 

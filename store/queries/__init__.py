@@ -20,7 +20,7 @@ from store.queries.events import (
     latest_event,
     undelivered_bindings,
 )
-from store.queries.nodes import Liveness, NodeRecord, all_nodes
+from store.queries.nodes import Liveness, NodeRecord, all_nodes, node_views
 from store.queries.sessions import (
     agent_capabilities,
     count_sessions_by_state,
@@ -71,6 +71,7 @@ __all__ = [
     "list_sessions",
     "list_tokens",
     "next_queued",
+    "node_views",
     "orphaned_sessions",
     "session_by_key",
     "session_id_for_acp",

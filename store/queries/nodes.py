@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, select
 
@@ -42,6 +43,22 @@ class NodeRecord:
 
     def live_at(self, now: float) -> bool:
         return self.stopped_at is None and self.lease_until > now
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """What ``acpctl status --json`` and the console's status show (``now`` by the
+        database's clock)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "host": self.host,
+            "labels": list(self.labels),
+            "capacity": self.capacity,
+            "runningTurns": self.running,
+            "live": self.live_at(now),
+            # Negative once the lease has run out.
+            "leaseLeftS": round(self.lease_until - now, 1),
+            "heartbeatAgoS": round(now - self.heartbeat_at, 1),
+        }
 
 
 def all_nodes(conn: Connection) -> list[NodeRecord]:
@@ -102,3 +119,9 @@ class Liveness:
     def live_nodes(self) -> list[NodeRecord]:
         now = db_now(self._conn)
         return [n for n in all_nodes(self._conn) if n.live_at(now)]
+
+
+def node_views(conn: Connection) -> list[dict[str, Any]]:
+    """Every node that has not stopped, as ``NodeRecord.to_json`` shows it."""
+    now = db_now(conn)
+    return [n.to_json(now) for n in all_nodes(conn) if n.stopped_at is None]

@@ -153,6 +153,9 @@ async def test_a_watch_only_token_gets_a_read_only_console(
     await page.goto(base_url(server) + "#/status")
     await page.wait_for_selector("h1:text('Status')")
     await page.wait_for_selector("dt:text('Running commands')")
+    # The server is a node of its store: its row shows its lease and load.
+    row = await page.wait_for_selector("#nodes tbody tr[data-node]")
+    assert row is not None and "live" in await row.inner_text()
     await page.screenshot(path=str(SCREENSHOTS / "status-desktop.png"))
 
 

@@ -91,6 +91,7 @@ PINNED_CONTROL_PLANE = [
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
     *(
         "settings",
+        "nodes",
         "store_fault",
         "store_location",
         "store_path",

@@ -612,7 +612,13 @@ function statusView() {
               el("tbody", {}, s.batches.map((b) => el("tr", { "data-batch": b.id },
                 el("td", {}, b.id), el("td", {}, String(b.done || 0)), el("td", {}, String(b.running || 0)),
                 el("td", {}, String(b.queued || 0)), el("td", {}, String(b.failed || 0))))))
-          : el("p", { class: "muted" }, "No batch runs in this store.")));
+          : el("p", { class: "muted" }, "No batch runs in this store.")),
+      el("div", { class: "card" }, el("strong", {}, "Nodes"),
+        el("table", { id: "nodes" }, el("thead", {}, el("tr", {}, ["Node", "Host", "Labels", "Turns", "Lease left", "State"].map((h) => el("th", {}, h)))),
+          el("tbody", {}, s.nodes.map((n) => el("tr", { "data-node": n.name },
+            el("td", {}, n.name), el("td", {}, n.host), el("td", {}, n.labels.join(", ") || "–"),
+            el("td", {}, `${n.runningTurns}/${n.capacity}`), el("td", {}, `${n.leaseLeftS.toFixed(1)} s`),
+            el("td", {}, n.live ? "live" : "lease ran out")))))));
   });
 }
 
