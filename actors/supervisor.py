@@ -114,20 +114,9 @@ class Supervisor:
 
     def stop(self, timeout: float = 60) -> None:
         self._stopping.set()
-        for halt in list(self._deps.halts.values()):
-            halt.set()
         if self._sweeper.is_alive():
             self._sweeper.join(timeout)
-        with self._lock:
-            refs = list(self._actors.values())
-        # Stop every actor at once (each ends its agent), then wait for all.
-        stopping = []
-        for ref in refs:
-            with contextlib.suppress(pykka.ActorDeadError):
-                stopping.append(ref.stop(block=False))
-        for future in stopping:
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                future.get(timeout=timeout)
+        self._stop_actors(timeout)
         if self._listener is not None:
             self._listener.stop()
         if self._started:
@@ -140,17 +129,23 @@ class Supervisor:
         log.error(
             "node %s: %s; stopping all %d sessions here", self.me, reason, len(self.live_sessions())
         )
+        self._stop_actors(STOP_BOUND_S)
+
+    def _stop_actors(self, timeout: float) -> None:
+        """Stop every actor at once (each ends its agent), then wait for all. Each one's
+        halt first: an actor retrying a write to an unreachable store gives up and gets to
+        its stop."""
         with self._lock:
             refs = list(self._actors.values())
         for halt in list(self._deps.halts.values()):
-            halt.set()  # an actor retrying a write to an unreachable store gives up
+            halt.set()
         stopping = []
         for ref in refs:
             with contextlib.suppress(pykka.ActorDeadError):
                 stopping.append(ref.stop(block=False))
         for future in stopping:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                future.get(timeout=STOP_BOUND_S)
+                future.get(timeout=timeout)
 
     def remote_change(self, session_id: str) -> None:
         """Another node changed the session (store/listen.py)."""

@@ -32,6 +32,16 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "cp.db"
 
 
+@pytest.fixture(autouse=True)
+def data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``$XDG_DATA_HOME`` of this test and its subprocesses, outside ``tmp_path``: with a
+    PostgreSQL store, ``acpctl`` keeps the machine's agent logs under it
+    (``acpctl/agent-logs``), and they must not land in the real home directory."""
+    path = tmp_path_factory.mktemp("data-home")
+    monkeypatch.setenv("XDG_DATA_HOME", str(path))
+    return path
+
+
 # Every test that takes ``db`` (or ``store``) runs once per backend.
 BACKENDS = ("sqlite", "postgresql")
 _TEMPLATE = "acpctl_template"

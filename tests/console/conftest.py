@@ -49,8 +49,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ListenServer]:
-    with running_server(tmp_path, token_name="console-tests") as started:
+def server(tmp_path: Path, db: str) -> Iterator[ListenServer]:
+    """A started ``serve --listen`` on ``db``: every test that takes it runs on each backend."""
+    with running_server(tmp_path, token_name="console-tests", db=db) as started:
         yield started
 
 

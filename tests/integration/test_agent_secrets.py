@@ -20,15 +20,12 @@ from control_plane import ControlPlane
 from control_plane.config import load_config
 from store import AgentSpec, Store
 from tests.support.cp_harness import FAST
+from tests.support.store_contents import stored_bytes
 
 SECRET = "sk-test-SECRET-value-7f3a9c"
 ROTATED = "sk-test-ROTATED-value-2b8e41"
 GOLDEN = Path(__file__).parent.parent / "golden" / "store-0004-agent-secrets.db"
 GOLDEN_SECRET = "sk-ant-OLDRELEASE-SECRET-0123456789"  # what the previous release stored
-
-
-def _store_bytes(db: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*") if p.is_file())
 
 
 def _env_probe_agent(tmp: Path) -> AgentSpec:
@@ -42,16 +39,16 @@ def _env_probe_agent(tmp: Path) -> AgentSpec:
     return AgentSpec("probe", ("sh", "-c", script), env=(("PROBE_API_KEY", SECRET),))
 
 
-def _open(tmp: Path, profiles: AgentProfiles | None = None) -> ControlPlane:
+def _open(tmp: Path, db: str, profiles: AgentProfiles | None = None) -> ControlPlane:
     settings = replace(FAST, log_dir=str(tmp / "logs"))
     if profiles is not None:
         settings = replace(settings, agent_profiles=profiles)
-    return ControlPlane.open(tmp / "cp.db", settings=settings)
+    return ControlPlane.open(db, settings=settings)
 
 
-def _acpctl(db: Path, *args: str) -> str:
+def _acpctl(db: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "control_plane.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "control_plane.cli", "--db", db, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -62,12 +59,12 @@ def _acpctl(db: Path, *args: str) -> str:
 
 @pytest.mark.timeout(90)
 def test_a_configured_secret_appears_in_no_stored_byte_export_or_cli_output(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     spec = _env_probe_agent(tmp_path)
     assert SECRET not in repr(spec)
-    with _open(tmp_path) as cp:
+    with _open(tmp_path, db) as cp:
         spawned = cp.spawn(spec, tmp_path, "hello", idempotency_key="k")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 60).state.value == "completed"
@@ -76,9 +73,8 @@ def test_a_configured_secret_appears_in_no_stored_byte_export_or_cli_output(
         sid = spawned.session.id
     # The agent did get the value ...
     assert (tmp_path / "seen-keys.txt").read_text().split() == [SECRET]
-    # ... and nothing kept it.
-    db = tmp_path / "cp.db"
-    assert SECRET.encode() not in _store_bytes(db)
+    # ... and nothing kept it (SQLite: no byte of the file; PostgreSQL: no row of a table).
+    assert SECRET.encode() not in stored_bytes(db)
     assert SECRET not in (tmp_path / "export.jsonl").read_text()
     for args in (("events", sid, "--json"), ("sessions", "show", sid, "--json")):
         out = _acpctl(db, *args)
@@ -91,21 +87,21 @@ def test_a_configured_secret_appears_in_no_stored_byte_export_or_cli_output(
 
 @pytest.mark.timeout(90)
 def test_a_rotated_key_in_the_configuration_reaches_the_next_launch_of_a_session(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     spec = _env_probe_agent(tmp_path)
     stored = AgentSpec(spec.name, spec.command, env_names=spec.env_names)  # no values
     first = AgentProfiles({"probe": AgentProfile(env={"PROBE_API_KEY": SECRET})})
-    with _open(tmp_path, first) as cp:
+    with _open(tmp_path, db, first) as cp:
         spawned = cp.spawn(stored, tmp_path, "one", idempotency_key="k")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
     rotated = AgentProfiles({"probe": AgentProfile(env={"PROBE_API_KEY": ROTATED})})
-    with _open(tmp_path, rotated) as cp:
+    with _open(tmp_path, db, rotated) as cp:
         again = cp.prompt(spawned.session.id, "two")  # a new process: the agent relaunches
         assert cp.wait(again.id, 60).state.value == "completed"
     assert (tmp_path / "seen-keys.txt").read_text().split() == [SECRET, ROTATED]
-    assert ROTATED.encode() not in _store_bytes(tmp_path / "cp.db")
+    assert ROTATED.encode() not in stored_bytes(db)
 
 
 def test_config_values_become_a_launch_profile_and_the_spec_keeps_names(tmp_path: Path) -> None:
@@ -124,6 +120,7 @@ def test_config_values_become_a_launch_profile_and_the_spec_keeps_names(tmp_path
     assert SECRET not in repr(config)
 
 
+# SQLite-only: the golden store of the previous release is a SQLite file.
 @pytest.mark.timeout(60)
 def test_a_store_written_by_the_previous_release_is_scrubbed_and_keeps_its_spawn_keys(
     tmp_path: Path,
@@ -153,7 +150,7 @@ def test_a_store_written_by_the_previous_release_is_scrubbed_and_keeps_its_spawn
             "task-1",
         )
         assert again.session.id == session.id and not again.created
-    assert GOLDEN_SECRET.encode() not in _store_bytes(db)
+    assert GOLDEN_SECRET.encode() not in stored_bytes(db)
     with sqlite3.connect(db) as conn:
         (agent,) = conn.execute("SELECT agent FROM sessions").fetchone()
     assert "env" not in json.loads(agent)

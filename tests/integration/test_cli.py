@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 import control_plane
 from control_plane.cli import app
+from tests.support.direct_sql import is_postgres, query
+from tests.support.store_contents import nothing_stored
 
 runner = CliRunner()
 
@@ -28,13 +30,27 @@ def _files(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir())
 
 
-def test_batch_with_missing_tasks_file_exits_2(tmp_path: Path) -> None:
-    code, output = _run("--db", str(tmp_path / "cp.db"), "batch", str(tmp_path / "nope.jsonl"))
+def _count(db: str, sql: str) -> int:
+    """``sql``'s count; 0 while a SQLite store's file or tables do not exist yet (the batch
+    under test is still creating them)."""
+    if not is_postgres(db) and not Path(db).exists():
+        return 0
+    try:
+        return int(query(db, sql)[0][0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def test_batch_with_missing_tasks_file_exits_2(tmp_path: Path, db: str) -> None:
+    code, output = _run("--db", db, "batch", str(tmp_path / "nope.jsonl"))
     assert code == 2 and "does not exist" in output
     assert _files(tmp_path) == []
+    assert nothing_stored(db)
 
 
-def test_batch_reports_every_invalid_line_with_its_number_before_running(tmp_path: Path) -> None:
+def test_batch_reports_every_invalid_line_with_its_number_before_running(
+    tmp_path: Path, db: str
+) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
         '{"id": "a", "prompt": "ok"}\n'
@@ -45,16 +61,16 @@ def test_batch_reports_every_invalid_line_with_its_number_before_running(tmp_pat
         '{"id": "c", "prompt": "x", "cwd": "missing-dir"}\n'
         '{"id": "e", "prompt": "x", "colour": "red"}\n'
     )
-    code, output = _run("--db", str(tmp_path / "cp.db"), "batch", str(tasks))
+    code, output = _run("--db", db, "batch", str(tasks))
     assert code == 2
     for line in ("line 2", "line 3", "line 4", "line 5", "line 6", "line 7"):
         assert line in output
     assert "line 1:" not in output
     assert _files(tmp_path) == ["tasks.jsonl"]  # no store, no results file
+    assert nothing_stored(db)
 
 
-def test_unknown_session_id_exits_2_for_every_session_command(tmp_path: Path) -> None:
-    db = tmp_path / "cp.db"
+def test_unknown_session_id_exits_2_for_every_session_command(tmp_path: Path, db: str) -> None:
     from store import Store
 
     Store.open(db).close()
@@ -65,12 +81,13 @@ def test_unknown_session_id_exits_2_for_every_session_command(tmp_path: Path) ->
         ["sessions", "cancel", "nope"],
         ["events", "nope"],
     ):
-        code, output = _run("--db", str(db), *args)
+        code, output = _run("--db", db, *args)
         assert code == 2, args
         assert "no session with id 'nope'" in output
     assert not (tmp_path / "x.jsonl").exists()
 
 
+# SQLite-only: a missing store is a missing file; a PostgreSQL database is its admin's to create.
 def test_read_commands_refuse_a_missing_store_without_creating_it(tmp_path: Path) -> None:
     code, output = _run("--db", str(tmp_path / "none.db"), "sessions", "list")
     assert code == 2 and "no store" in output
@@ -82,22 +99,23 @@ def test_read_commands_refuse_a_missing_store_without_creating_it(tmp_path: Path
     [("", "must not be empty"), ("   ", "must not be empty"), ('python "open', "No closing")],
 )
 def test_an_unusable_agent_command_exits_2_before_anything_is_written(
-    tmp_path: Path, agent: str, message: str
+    tmp_path: Path, db: str, agent: str, message: str
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "a", "prompt": "hello"}\n')
     config = tmp_path / "empty.toml"
     config.write_text("")
     for command in (["serve", "--agent", agent], ["batch", str(tasks), "--agent", agent]):
-        code, output = _run("--config", str(config), "--db", str(tmp_path / "cp.db"), *command)
+        code, output = _run("--config", str(config), "--db", db, *command)
         assert code == 2, (command, output)
         assert message in output
         assert "Traceback" not in output
     assert _files(tmp_path) == ["empty.toml", "tasks.jsonl"]
+    assert nothing_stored(db)
 
 
 def test_an_unusable_agent_of_one_task_stops_the_batch_before_any_task_runs(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
@@ -105,12 +123,11 @@ def test_an_unusable_agent_of_one_task_stops_the_batch_before_any_task_runs(
     )
     config = tmp_path / "empty.toml"
     config.write_text("")
-    code, output = _run(
-        "--config", str(config), "--db", str(tmp_path / "cp.db"), "batch", str(tasks)
-    )
+    code, output = _run("--config", str(config), "--db", db, "batch", str(tasks))
     assert code == 2, output
     assert "task 'b'" in output and "No closing quotation" in output
     assert _files(tmp_path) == ["empty.toml", "tasks.jsonl"]  # no store, no results
+    assert nothing_stored(db)
 
 
 def test_bad_configuration_values_are_named(tmp_path: Path) -> None:
@@ -143,6 +160,7 @@ def test_config_show_prints_the_effective_configuration_with_secrets_hidden(
     assert "sk-secret" not in output
 
 
+# SQLite-only: a corrupt store file.
 def test_corrupt_store_is_a_clear_error_for_the_cli(tmp_path: Path) -> None:
     db = tmp_path / "cp.db"
     db.write_text("not a database")
@@ -151,7 +169,7 @@ def test_corrupt_store_is_a_clear_error_for_the_cli(tmp_path: Path) -> None:
     assert db.read_text() == "not a database"
 
 
-def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None:
+def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path, db: str) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
         "".join(json.dumps({"id": f"t{i}", "prompt": f"task {i}"}) + "\n" for i in range(3))
@@ -161,7 +179,7 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     agent = (
         f"{sys.executable} -m protocol.example_agent --invocations-file {tmp_path / 'inv.jsonl'}"
     )
-    args = ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--agent", agent, "-j", "2"]
+    args = ["--db", db, "batch", str(tasks), "--agent", agent, "-j", "2"]
     code, _ = _run(*args)
     assert code == 1  # the timed-out task failed
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
@@ -176,10 +194,10 @@ def test_batch_runs_tasks_and_a_rerun_runs_nothing_again(tmp_path: Path) -> None
     assert len((tmp_path / "inv.jsonl").read_text().splitlines()) == len(invocations) + 1
 
 
-def test_batch_rerun_with_a_changed_prompt_is_a_clear_conflict(tmp_path: Path) -> None:
+def test_batch_rerun_with_a_changed_prompt_is_a_clear_conflict(tmp_path: Path, db: str) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "a", "prompt": "first"}) + "\n")
-    args = ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--agent", "example"]
+    args = ["--db", db, "batch", str(tasks), "--agent", "example"]
     assert _run(*args)[0] == 0
     tasks.write_text(json.dumps({"id": "a", "prompt": "changed"}) + "\n")
     code, output = _run(*args)
@@ -188,7 +206,7 @@ def test_batch_rerun_with_a_changed_prompt_is_a_clear_conflict(tmp_path: Path) -
 
 
 @pytest.mark.timeout(240)
-def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path) -> None:
+def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path, db: str) -> None:
     import random
     import signal
     import time
@@ -209,7 +227,7 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
         "-m",
         "control_plane.cli",
         "--db",
-        str(tmp_path / "cp.db"),
+        db,
         "batch",
         str(tasks),
         "--agent",
@@ -239,9 +257,7 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
     # No task ran again after it completed or was interrupted: a task's prompt reached the
     # agent once per attempt at most.
     def runs_and_attempts() -> tuple[dict[str, int], dict[str, int]]:
-        conn = sqlite3.connect(tmp_path / "cp.db")
-        rows = conn.execute("select payload, attempts from commands").fetchall()
-        conn.close()
+        rows = query(db, "select payload, attempts from commands")
         attempts: dict[str, int] = {}
         for payload, count in rows:
             text = json.loads(payload)["content"][0]["text"]
@@ -330,11 +346,10 @@ def _probe(tmp_path: Path, argv: list[str], modules: list[str]) -> tuple[dict[st
 RUNTIME_MODULES = ["acp", "acp.schema", "alembic", "mcp", "pykka", "aiosqlite", "control_plane.api"]
 
 
-def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path) -> None:
+def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path, db: str) -> None:
     from store import Store
     from tests.conftest import AGENT
 
-    db = tmp_path / "cp.db"
     with Store.open(db) as store:
         sid = store.spawn(AGENT, str(tmp_path), None, None, "s").session.id
     for args in (
@@ -345,25 +360,24 @@ def test_read_commands_open_the_store_without_the_runtime(tmp_path: Path) -> Non
         ["events", sid],
         ["status", "--json"],
     ):
-        report, output = _probe(tmp_path, ["--db", str(db), *args], RUNTIME_MODULES)
+        report, output = _probe(tmp_path, ["--db", db, *args], RUNTIME_MODULES)
         assert report["code"] == 0, (args, output)
         assert report["loaded"] == [], (args, output)
     assert (tmp_path / "t.jsonl").exists()
 
 
-def test_db_and_config_are_accepted_after_the_subcommand_too(tmp_path: Path) -> None:
+def test_db_and_config_are_accepted_after_the_subcommand_too(tmp_path: Path, db: str) -> None:
     from store import Store
 
-    db = tmp_path / "cp.db"
     Store.open(db).close()
     cfg = tmp_path / "c.toml"
     cfg.write_text('queue_mode = "steer"\n')
-    code, output = _run("sessions", "list", "--json", "--db", str(db))
+    code, output = _run("sessions", "list", "--json", "--db", db)
     assert code == 0 and json.loads(output)["sessions"] == []
-    code, output = _run("config", "show", "--json", f"--config={cfg}", "--db", str(db))
+    code, output = _run("config", "show", "--json", f"--config={cfg}", "--db", db)
     assert code == 0
     shown = json.loads(output)
-    assert shown["db"] == str(db) and shown["queue_mode"] == "steer"
+    assert shown["db"] == db and shown["queue_mode"] == "steer"
     # After "--" nothing moves: it stays the command's own argument.
     from control_plane.cli import hoist_global_options
 
@@ -378,7 +392,7 @@ def test_db_and_config_are_accepted_after_the_subcommand_too(tmp_path: Path) -> 
 
 @pytest.mark.timeout(180)
 def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group. The agents are not in
     it (each runs in its own group, under its reaper): they are not killed by it, nothing is
@@ -392,8 +406,7 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
     )
     agent = f"{sys.executable} -m protocol.example_agent"
     slow_start = f"sh -c 'sleep 2; exec {agent}'"  # still starting when Ctrl-C comes
-    db = tmp_path / "cp.db"
-    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(db), "batch", str(tasks)]
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "batch", str(tasks)]
     cmd += ["--agent", slow_start, "-j", "4"]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -401,20 +414,13 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         time.sleep(0.1)
-        if db.exists():
-            with sqlite3.connect(db) as conn:
-                try:
-                    started = conn.execute("select count(*) from sessions").fetchone()[0]
-                except sqlite3.OperationalError:
-                    continue
-            if started == 4:
-                break
+        if _count(db, "select count(*) from sessions") == 4:
+            break
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    with sqlite3.connect(db) as conn:
-        states = [r[0] for r in conn.execute("select state from commands")]
+    states = [r[0] for r in query(db, "select state from commands")]
     assert "failed" not in states, (states, err[-2000:])
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -423,7 +429,7 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path) -> None:
+def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path, db: str) -> None:
     """With max_attempts=1, Ctrl-C while the turn runs: the stop costs no attempt (the
     budget grows by one), so the plain rerun does not fail the task; the agent restored its
     conversation with the prompt in it, so the prompt is not sent a second time: the task
@@ -433,23 +439,15 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path)
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "prompt": "long #chunks=100 #delay=50"}) + "\n")
-    db = tmp_path / "cp.db"
     received = tmp_path / "invocations.jsonl"
     agent = f"{sys.executable} -m protocol.example_agent --invocations-file {received}"
     agent += f" --state-file {tmp_path / 'agent-state.json'}"
-    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(db), "batch", str(tasks)]
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "batch", str(tasks)]
     cmd += ["--agent", agent]
     env = {**os.environ, "ACPCTL_MAX_ATTEMPTS": "1"}
 
     def streamed() -> int:
-        if not db.exists():
-            return 0
-        with sqlite3.connect(db) as conn:
-            try:
-                query = "select count(*) from events where kind = 'session_update'"
-                return int(conn.execute(query).fetchone()[0])
-            except sqlite3.OperationalError:
-                return 0
+        return _count(db, "select count(*) from events where kind = 'session_update'")
 
     proc = subprocess.Popen(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
@@ -461,8 +459,7 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
-    with sqlite3.connect(db) as conn:
-        rows = conn.execute("select state, attempts, max_attempts from commands").fetchall()
+    rows = query(db, "select state, attempts, max_attempts from commands")
     assert rows == [("running", 1, 2)], (rows, err[-2000:])
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]

@@ -20,17 +20,17 @@ from tests.conftest import AGENT
 runner = CliRunner()
 
 
-def _store_with_undelivered_events(tmp_path: Path) -> tuple[Path, Path, str]:
-    db, sink = tmp_path / "cp.db", tmp_path / "sink.jsonl"
+def _store_with_undelivered_events(tmp_path: Path, db: str) -> tuple[Path, str]:
+    sink = tmp_path / "sink.jsonl"
     with Store.open(db) as store:  # no delivery service: nothing reaches the sink here
         spawn = store.spawn(AGENT, "/w", BindingSpec(SinkKind.JSONL, str(sink)), None, "s")
         sid = spawn.session.id
         store.append_events(sid, None, [NewEvent("tick", {"i": i}) for i in range(5)])
-    return db, sink, sid
+    return sink, sid
 
 
-def test_read_commands_never_deliver_to_sinks(tmp_path: Path) -> None:
-    db, sink, sid = _store_with_undelivered_events(tmp_path)
+def test_read_commands_never_deliver_to_sinks(tmp_path: Path, db: str) -> None:
+    sink, sid = _store_with_undelivered_events(tmp_path, db)
     empty_config = tmp_path / "empty.toml"
     empty_config.write_text("")
     env = {"ACPCTL_CONFIG": str(empty_config)}
@@ -42,26 +42,28 @@ def test_read_commands_never_deliver_to_sinks(tmp_path: Path) -> None:
         ["events", sid],
         ["status"],
     ):
-        result = runner.invoke(app, ["--db", str(db), *args], env=env)
+        result = runner.invoke(app, ["--db", db, *args], env=env)
         assert result.exit_code == 0, (args, result.output)
         assert not sink.exists(), f"{args} delivered to the sink"
     with Store.open(db) as store:
         assert [b.id for b in store.undelivered_bindings()]  # still waiting for its owner
 
-    result = runner.invoke(app, ["--db", str(db), "sessions", "close", sid], env=env)
+    result = runner.invoke(app, ["--db", db, "sessions", "close", sid], env=env)
     assert result.exit_code == 0, result.output
     delivered = [json.loads(line)["kind"] for line in sink.read_text().splitlines()]
     assert delivered == ["session_created", *["tick"] * 5, "closed"]
 
 
-def test_events_follow_tails_other_processes_commits_without_delivering(tmp_path: Path) -> None:
-    db, sink, sid = _store_with_undelivered_events(tmp_path)
+def test_events_follow_tails_other_processes_commits_without_delivering(
+    tmp_path: Path, db: str
+) -> None:
+    sink, sid = _store_with_undelivered_events(tmp_path, db)
     empty_config = tmp_path / "empty.toml"
     empty_config.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACPCTL_")}
     env["ACPCTL_CONFIG"] = str(empty_config)
     follower = subprocess.Popen(
-        [sys.executable, "-m", "control_plane.cli", "--db", str(db), "events", sid, "-f", "--json"],
+        [sys.executable, "-m", "control_plane.cli", "--db", db, "events", sid, "-f", "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -4,11 +4,16 @@ import json
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 from actors.delivery.service import DeliveryService
 from actors.delivery.sinks import JsonlFileSink
 from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store
 from tests.conftest import AGENT, eventually
+from tests.support.direct_sql import is_postgres
+from tests.support.postgres import PostgresServer
 
 
 def _spawn_with(store: Store, spec: BindingSpec, key: str) -> tuple[str, str]:
@@ -134,7 +139,7 @@ def test_events_appended_from_many_threads_reach_the_sink_once_each(
     assert seqs == list(range(1, 102))
 
 
-def _deliver_to_file(db: Path, sink_path: Path, events: int) -> tuple[str, list[int]]:
+def _deliver_to_file(db: str, sink_path: Path, events: int) -> tuple[str, list[int]]:
     """Open the store at ``db``, bind one session to the JSONL file, append ``events``
     events, deliver them all; the store's identity and the event ids it gave them."""
     with Store.open(db) as store:
@@ -149,15 +154,26 @@ def _deliver_to_file(db: Path, sink_path: Path, events: int) -> tuple[str, list[
         return store.identity, [e.id for e in appended]
 
 
+def _remove_store(request: pytest.FixtureRequest, db: str) -> None:
+    """The store is gone, its place empty: the SQLite file and its side files deleted, or
+    the PostgreSQL database dropped and created again (empty) under the same name."""
+    if is_postgres(db):
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        server.drop_database(db)
+        server.create_database(urlsplit(db).path.lstrip("/"))
+        return
+    path = Path(db)
+    for side in path.parent.glob(path.name + "*"):
+        side.unlink()
+
+
 def test_a_store_created_again_next_to_an_old_jsonl_sink_delivers_every_new_event(
-    tmp_path: Path,
+    tmp_path: Path, db: str, request: pytest.FixtureRequest
 ) -> None:
     """Event ids restart at 1 in a new store: the old file's ids must not swallow them."""
     sink_path = tmp_path / "out.jsonl"
-    db = tmp_path / "cp.db"
     first_store, first_ids = _deliver_to_file(db, sink_path, 8)
-    for side in tmp_path.glob("cp.db*"):
-        side.unlink()  # the store is gone; the sink file stays
+    _remove_store(request, db)  # the store is gone; the sink file stays
     second_store, second_ids = _deliver_to_file(db, sink_path, 8)
     assert first_store != second_store
     assert set(first_ids) & set(second_ids)  # the ids collide: only the identity tells them apart

@@ -1,14 +1,13 @@
-"""The group-commit writer's acknowledgements, on a real SQLite file: a blocking ``write``
-returns the write's value or raises its error only after the commit, a failing write is
-undone alone, concurrent writes share transactions, a timed-out wait still commits, and a
-closed store refuses writes with a typed error."""
+"""The group-commit writer's acknowledgements, on a real store of each backend: a blocking
+``write`` returns the write's value or raises its error only after the commit, a failing
+write is undone alone, concurrent writes share transactions, a timed-out wait still commits,
+and a closed store refuses writes with a typed error."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,8 @@ def _spawn(store: Store, key: str = "s") -> str:
     return store.spawn(AGENT, "/tmp", None, None, key).session.id
 
 
-def test_write_returns_after_commit_and_raises_the_writes_own_error(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "s.db") as store:
+def test_write_returns_after_commit_and_raises_the_writes_own_error(db: str) -> None:
+    with Store.open(db) as store:
         sid = _spawn(store)
         queued = store.enqueue(sid, CommandKind.PROMPT, PAYLOAD, "k").command
         # Committed before the call returned: a separate reader connection sees it.
@@ -35,8 +34,8 @@ def test_write_returns_after_commit_and_raises_the_writes_own_error(tmp_path: Pa
         assert [c.id for c in store.commands_of(sid)] == [queued.id]
 
 
-def test_a_failing_write_in_a_group_is_undone_alone(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "s.db") as store:
+def test_a_failing_write_in_a_group_is_undone_alone(db: str) -> None:
+    with Store.open(db) as store:
         sid = _spawn(store)
         gate = threading.Event()
 
@@ -65,8 +64,8 @@ def test_a_failing_write_in_a_group_is_undone_alone(tmp_path: Path) -> None:
         assert keys == [f"k{i}" for i in range(5)]
 
 
-def test_concurrent_blocking_writes_share_transactions(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "s.db") as store:
+def test_concurrent_blocking_writes_share_transactions(db: str) -> None:
+    with Store.open(db) as store:
         sessions = [_spawn(store, f"s{i}") for i in range(16)]
         before = store.commit_stats
         barrier = threading.Barrier(len(sessions))
@@ -93,8 +92,8 @@ def test_concurrent_blocking_writes_share_transactions(tmp_path: Path) -> None:
             assert [c.seq for c in store.commands_of(sid)] == list(range(1, 21))
 
 
-def test_a_timed_out_wait_raises_but_the_write_still_commits(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "s.db") as store:
+def test_a_timed_out_wait_raises_but_the_write_still_commits(db: str) -> None:
+    with Store.open(db) as store:
         sid = _spawn(store)
         gate = threading.Event()
         held = store.submit(lambda ctx: gate.wait(5))
@@ -108,18 +107,18 @@ def test_a_timed_out_wait_raises_but_the_write_still_commits(tmp_path: Path) -> 
         assert [c.idempotency_key for c in store.commands_of(sid)] == ["late"]
 
 
-def test_a_closed_store_refuses_writes(tmp_path: Path) -> None:
-    store = Store.open(tmp_path / "s.db")
+def test_a_closed_store_refuses_writes(db: str) -> None:
+    store = Store.open(db)
     sid = _spawn(store)
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.enqueue(sid, CommandKind.PROMPT, PAYLOAD, "k")
 
 
-def test_blocking_writers_in_one_group_each_get_their_own_outcome(tmp_path: Path) -> None:
+def test_blocking_writers_in_one_group_each_get_their_own_outcome(db: str) -> None:
     """The lock path (``write``, not ``submit``): with a write of the group failing, the
     others commit and return their values; the failing caller gets its own exception."""
-    with Store.open(tmp_path / "s.db") as store:
+    with Store.open(db) as store:
         sid = _spawn(store)
         gate = threading.Event()
         held = store.submit(lambda ctx: gate.wait(5))  # the next writes queue as one group

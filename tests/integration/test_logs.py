@@ -16,6 +16,8 @@ import pytest
 from actors import log_context
 from control_plane.logs import JsonFormatter, SecretRedactor
 from store import Store
+from tests.support.direct_sql import is_postgres
+from tests.support.store_contents import stored_bytes
 
 SECRET = "s3cret-token-value-42"
 LEAKY = (
@@ -60,7 +62,9 @@ def test_secrets_are_replaced_in_messages_arguments_and_tracebacks() -> None:
     assert "key=*** and short" in text and "the agent said ***" in text
 
 
-def test_an_agent_that_prints_its_key_leaks_it_nowhere_we_keep(tmp_path: Path) -> None:
+def test_an_agent_that_prints_its_key_leaks_it_nowhere_we_keep(
+    tmp_path: Path, db: str, data_home: Path
+) -> None:
     config = tmp_path / "c.toml"
     config.write_text(
         "[agents.leaky]\n"
@@ -69,8 +73,7 @@ def test_an_agent_that_prints_its_key_leaks_it_nowhere_we_keep(tmp_path: Path) -
     )
     tasks = tmp_path / "t.jsonl"
     tasks.write_text('{"id": "a", "prompt": "hi"}\n')
-    db = tmp_path / "cp.db"
-    argv = [sys.executable, "-m", "control_plane.cli", "--config", str(config), "--db", str(db)]
+    argv = [sys.executable, "-m", "control_plane.cli", "--config", str(config), "--db", db]
     run = subprocess.run(
         [*argv, "--log-format", "json", "batch", str(tasks), "--agent", "leaky"],
         capture_output=True,
@@ -95,10 +98,12 @@ def test_an_agent_that_prints_its_key_leaks_it_nowhere_we_keep(tmp_path: Path) -
     )
     assert export.returncode == 0, export.stderr
     kept = [run.stdout, run.stderr, (tmp_path / "x.jsonl").read_text()]
-    kept += [p.read_bytes().decode("latin-1") for p in tmp_path.glob("cp.db*")]
+    kept.append(stored_bytes(db).decode("latin-1"))
     assert all(SECRET not in text for text in kept)
     # The agent's own stderr log is the agent's output, written by it: not scrubbed.
-    (agent_log,) = (tmp_path / "agent-logs").glob("*.stderr.log")
+    # Beside a store file; with PostgreSQL, in this machine's data directory.
+    logs = data_home / "acpctl" / "agent-logs" if is_postgres(db) else tmp_path / "agent-logs"
+    (agent_log,) = logs.glob("*.stderr.log")
     assert SECRET in agent_log.read_text()
 
 

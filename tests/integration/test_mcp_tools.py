@@ -131,7 +131,7 @@ def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_i
                 "cp = ControlPlane.open(sys.argv[1])\n"
                 "print('open', flush=True)\n"
                 "time.sleep(30)\n",
-                str(tmp_path / "cp.db"),
+                db,
             ],
             stdout=subprocess.PIPE,
             text=True,

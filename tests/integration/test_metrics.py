@@ -24,6 +24,7 @@ from control_plane.metrics import MetricsServer
 from tests.conftest import eventually
 from tests.integration.test_serve import Client, _env
 from tests.support.cp_harness import example_agent, open_cp
+from tests.support.store_contents import nothing_stored
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -98,10 +99,10 @@ def test_closing_the_server_frees_its_port(tmp_path: Path, db: str) -> None:
         MetricsServer(cp, host, port).close()  # the same port can be taken again
 
 
-def test_serve_with_metrics_counts_its_turns(tmp_path: Path) -> None:
+def test_serve_with_metrics_counts_its_turns(tmp_path: Path, db: str) -> None:
     (tmp_path / "none.toml").write_text("")
     agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp_path / 'a.json'}"
-    argv = ["-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), "serve"]
+    argv = ["-m", "control_plane.cli", "--db", db, "serve"]
     argv += ["--agent", agent, "--metrics", "127.0.0.1:0"]
     log_path = tmp_path / "serve.log"
 
@@ -140,14 +141,16 @@ def test_serve_with_metrics_counts_its_turns(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", ["9464", "host:", ":80", "h:99999", "h:port"])
-def test_a_bad_metrics_address_is_refused_before_anything_runs(tmp_path: Path, bad: str) -> None:
+def test_a_bad_metrics_address_is_refused_before_anything_runs(
+    tmp_path: Path, db: str, bad: str
+) -> None:
     tasks = tmp_path / "t.jsonl"
     tasks.write_text('{"id": "a", "prompt": "hi"}\n')
     result = CliRunner().invoke(
         app,
-        ["--db", str(tmp_path / "cp.db"), "batch", str(tasks), "--metrics", bad],
+        ["--db", db, "batch", str(tasks), "--metrics", bad],
         env={"ACPCTL_CONFIG": str(tmp_path / "none.toml")},
     )
     assert result.exit_code == 2, result.output
     assert "HOST:PORT" in result.output
-    assert not (tmp_path / "cp.db").exists()
+    assert nothing_stored(db)

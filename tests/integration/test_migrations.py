@@ -13,7 +13,8 @@ from store.location import Backend, locate
 from store.migrate import head_revision
 from store.schema import metadata
 from tests.conftest import AGENT
-from tests.support.direct_sql import query
+from tests.support.direct_sql import execute, is_postgres, query
+from tests.support.store_contents import stored_bytes
 
 
 def test_migrated_database_matches_the_schema_module(empty_db: str) -> None:
@@ -33,6 +34,7 @@ def test_open_records_the_head_revision_and_reopen_keeps_data(empty_db: str) -> 
         assert store.get_session(sid).cwd == "/w"
 
 
+# SQLite-only: an empty file, what an older release (SQLite only) left behind.
 def test_database_from_before_migrations_were_applied_is_upgraded(db_path: Path) -> None:
     # An empty SQLite file (what an older release that crashed before migrating leaves behind)
     sqlite3.connect(db_path).close()
@@ -62,6 +64,7 @@ def test_store_uses_wal_and_full_sync_by_default(store: Store) -> None:
     assert store.read(pragmas) == ("wal", 2, 1)
 
 
+# SQLite-only: the first release wrote SQLite files (PostgreSQL stores begin at this one).
 def test_database_written_by_the_first_release_opens_under_this_one(db_path: Path) -> None:
     from alembic import command
 
@@ -104,7 +107,7 @@ def test_the_pinned_head_is_alembics_head() -> None:
 
 
 def test_every_known_revision_is_alembics_and_a_newer_store_is_refused_untouched(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     from alembic.script import ScriptDirectory
 
@@ -114,12 +117,13 @@ def test_every_known_revision_is_alembics_and_a_newer_store_is_refused_untouched
     script = ScriptDirectory.from_config(_config())
     assert sorted(rev.revision for rev in script.walk_revisions()) == list(KNOWN_REVISIONS)
 
-    db = tmp_path / "s.db"
+    def contents() -> bytes:  # the file's bytes; a database's rows
+        return stored_bytes(db) if is_postgres(db) else Path(db).read_bytes()
+
     Store.open(db).close()
-    with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '0099'")
-    before = db.read_bytes()
+    execute(db, "UPDATE alembic_version SET version_num = '0099'")
+    before = contents()
     with pytest.raises(SchemaTooNew, match="revision '0099', newer than this release"):
         Store.open(db)
     assert issubclass(SchemaTooNew, StoreError)
-    assert db.read_bytes() == before  # nothing migrated, nothing written
+    assert contents() == before  # nothing migrated, nothing written

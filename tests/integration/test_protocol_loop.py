@@ -87,7 +87,7 @@ _DRIVER = """
 import sys, time
 from tests.support.agent_harness import AgentHarness
 from pathlib import Path
-h = AgentHarness(Path(sys.argv[1]))
+h = AgentHarness(Path(sys.argv[1]), db=sys.argv[2])
 conn = h.connect()
 h.run(conn.start())
 print(conn.pid, flush=True)
@@ -96,9 +96,9 @@ time.sleep(60)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
-def test_kill_9_of_the_control_plane_takes_its_agents_with_it(tmp_path: Path) -> None:
+def test_kill_9_of_the_control_plane_takes_its_agents_with_it(tmp_path: Path, db: str) -> None:
     driver = subprocess.Popen(
-        [sys.executable, "-c", _DRIVER, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _DRIVER, str(tmp_path), db], stdout=subprocess.PIPE, text=True
     )
     assert driver.stdout is not None
     agent_pid = int(driver.stdout.readline())

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +21,14 @@ from acp.schema import (
     RequestPermissionResponse,
 )
 
+from tests.support.direct_sql import query
 
-def _serve_argv(tmp: Path, invocations: Path | None = None) -> list[str]:
+
+def _serve_argv(tmp: Path, db: str, invocations: Path | None = None) -> list[str]:
     agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp / 'agent-state.json'}"
     if invocations is not None:
         agent += f" --invocations-file {invocations}"
-    return ["-m", "control_plane.cli", "--db", str(tmp / "cp.db"), "serve", "--agent", agent]
+    return ["-m", "control_plane.cli", "--db", db, "serve", "--agent", agent]
 
 
 class Client:
@@ -70,20 +71,22 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
-async def _session(tmp: Path, client: Client, body: Any, invocations: Path | None = None) -> Any:
+async def _session(
+    tmp: Path, db: str, client: Client, body: Any, invocations: Path | None = None
+) -> Any:
     (tmp / "none.toml").write_text("")
     with (tmp / "serve.log").open("ab") as log:
-        return await _run_client(tmp, client, body, log.fileno(), invocations)
+        return await _run_client(tmp, db, client, body, log.fileno(), invocations)
 
 
 async def _run_client(
-    tmp: Path, client: Client, body: Any, log: int, invocations: Path | None = None
+    tmp: Path, db: str, client: Client, body: Any, log: int, invocations: Path | None = None
 ) -> Any:
     # Client is duck-typed: it answers only the callbacks used, not all of acp.Client.
     async with spawn_agent_process(
         cast(AcpClient, client),
         sys.executable,
-        *_serve_argv(tmp, invocations),
+        *_serve_argv(tmp, db, invocations),
         env=_env(tmp),
         cwd=str(tmp),
         transport_kwargs={"stderr": log, "shutdown_timeout": 5},
@@ -94,7 +97,7 @@ async def _run_client(
         return await body(conn, proc, init)
 
 
-def test_new_prompt_stream_list_and_close(tmp_path: Path) -> None:
+def test_new_prompt_stream_list_and_close(tmp_path: Path, db: str) -> None:
     client = Client()
 
     async def body(conn: Any, proc: Any, init: Any) -> None:
@@ -117,10 +120,10 @@ def test_new_prompt_stream_list_and_close(tmp_path: Path) -> None:
             await conn.prompt(session_id=sid, prompt=[text_block("after close")])
         assert info.value.code == -32602
 
-    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 90))
+    asyncio.run(asyncio.wait_for(_session(tmp_path, db, client, body), 90))
 
 
-def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path) -> None:
+def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path, db: str) -> None:
     client = Client()
 
     async def body(conn: Any, proc: Any, init: Any) -> str:
@@ -134,12 +137,12 @@ def test_cancel_ends_the_turn_with_cancelled(tmp_path: Path) -> None:
         stop_reason: str = (await asyncio.wait_for(turn, 30)).stop_reason
         return stop_reason
 
-    assert asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 120)) == "cancelled"
+    assert asyncio.run(asyncio.wait_for(_session(tmp_path, db, client, body), 120)) == "cancelled"
 
 
 @pytest.mark.parametrize(("answer", "expected"), [("allow", "allowed"), ("reject", "rejected")])
 def test_permission_requests_reach_the_client_and_its_answer_goes_back(
-    tmp_path: Path, answer: str, expected: str
+    tmp_path: Path, db: str, answer: str, expected: str
 ) -> None:
     client = Client(permission=answer)
 
@@ -149,11 +152,11 @@ def test_permission_requests_reach_the_client_and_its_answer_goes_back(
         assert client.asked == [sid]  # asked with the control plane's session id
         assert f"permission: {expected}" in client.text()
 
-    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body), 90))
+    asyncio.run(asyncio.wait_for(_session(tmp_path, db, client, body), 90))
 
 
 def test_a_retried_prompt_with_the_same_key_runs_once_and_streams_the_same_updates(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     client = Client()
     invocations = tmp_path / "invocations.jsonl"
@@ -169,12 +172,14 @@ def test_a_retried_prompt_with_the_same_key_runs_once_and_streams_the_same_updat
         assert client.updates == live  # the stored updates, once each, in order
         assert len([u for u in live if u["sessionUpdate"] == "agent_message_chunk"]) == 7
 
-    asyncio.run(asyncio.wait_for(_session(tmp_path, client, body, invocations), 90))
+    asyncio.run(asyncio.wait_for(_session(tmp_path, db, client, body, invocations), 90))
     runs = [json.loads(line) for line in invocations.read_text().splitlines()]
     assert len([r for r in runs if "once" in json.dumps(r)]) == 1  # the agent ran it once
 
 
-def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_path: Path) -> None:
+def test_load_after_kill_9_replays_the_stored_conversation_and_continues(
+    tmp_path: Path, db: str
+) -> None:
     first = Client()
 
     async def live(conn: Any, proc: Any, init: Any) -> str:
@@ -185,7 +190,7 @@ def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_pat
         await proc.wait()
         return sid
 
-    sid = asyncio.run(asyncio.wait_for(_session(tmp_path, first, live), 90))
+    sid = asyncio.run(asyncio.wait_for(_session(tmp_path, db, first, live), 90))
     second = Client()
 
     async def reload(conn: Any, proc: Any, init: Any) -> None:
@@ -201,14 +206,16 @@ def test_load_after_kill_9_replays_the_stored_conversation_and_continues(tmp_pat
         await conn.prompt(session_id=sid, prompt=[text_block("#history")])
         assert "remember the fig" in second.text()
 
-    asyncio.run(asyncio.wait_for(_session(tmp_path, second, reload), 90))
+    asyncio.run(asyncio.wait_for(_session(tmp_path, db, second, reload), 90))
 
 
-def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: Path) -> None:
+def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(
+    tmp_path: Path, db: str
+) -> None:
     (tmp_path / "none.toml").write_text("")
     log = (tmp_path / "serve.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, *_serve_argv(tmp_path), "--max-frame-bytes", "4096"],
+        [sys.executable, *_serve_argv(tmp_path, db), "--max-frame-bytes", "4096"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -252,18 +259,17 @@ def test_bad_client_input_gets_json_rpc_errors_and_serving_continues(tmp_path: P
         proc.wait(30)
         log.close()
     assert proc.returncode == 0  # the client closed stdin: the one normal end
-    conn = sqlite3.connect(tmp_path / "cp.db")
-    assert conn.execute("select count(*) from sessions").fetchone()[0] == 0  # store untouched
-    conn.close()
+    assert query(db, "select count(*) from sessions") == [(0,)]  # store untouched
 
 
+# SQLite-only: the store's file is deleted under serve.
 def test_serve_exits_1_with_a_log_line_when_its_store_file_is_deleted(tmp_path: Path) -> None:
     """Every end but the client closing stdin is an error the operator must see."""
     (tmp_path / "none.toml").write_text("")
     log_path = tmp_path / "serve.log"
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, *_serve_argv(tmp_path)],
+            [sys.executable, *_serve_argv(tmp_path, str(tmp_path / "cp.db"))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

@@ -12,7 +12,9 @@ from acp import RequestError, text_block
 from tests.integration.test_serve import Client, _run_client
 
 
-def test_a_prompt_past_the_session_budget_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+def test_a_prompt_past_the_session_budget_is_refused_with_a_clear_error(
+    tmp_path: Path, db: str
+) -> None:
     client = Client()
 
     async def body(conn: Any, proc: Any, init: Any) -> None:
@@ -32,4 +34,4 @@ def test_a_prompt_past_the_session_budget_is_refused_with_a_clear_error(tmp_path
 
     (tmp_path / "none.toml").write_text('[budgets.session]\ntokens = 10\naction = "stop"\n')
     with (tmp_path / "serve.log").open("ab") as log:
-        asyncio.run(_run_client(tmp_path, client, body, log.fileno()))
+        asyncio.run(_run_client(tmp_path, db, client, body, log.fileno()))

@@ -17,6 +17,9 @@ from acp import PROTOCOL_VERSION, Client, RequestError, spawn_agent_process, tex
 from acp.meta import AGENT_METHODS
 from acp.schema import ClientCapabilities
 
+from tests.support.direct_sql import is_postgres
+from tests.support.store_contents import stored_bytes
+
 SECRET = "tool-token-SECRET-81c2"
 
 
@@ -25,9 +28,8 @@ def _agent(tmp: Path, *flags: str) -> list[str]:
     return [sys.executable, "-m", "protocol.example_agent", "--state-file", str(state), *flags]
 
 
-def _serve(tmp: Path, *flags: str) -> list[str]:
+def _serve(tmp: Path, db: str, *flags: str) -> list[str]:
     agent = " ".join(_agent(tmp, *flags))
-    db = str(tmp / "cp.db")
     return [sys.executable, "-m", "control_plane.cli", "serve", "--db", db, "--agent", agent]
 
 
@@ -127,25 +129,25 @@ def _one_session(tmp: Path) -> Any:
 
 
 @pytest.mark.timeout(120)
-def test_serve_offers_what_the_agent_offers_directly(tmp_path: Path) -> None:
+def test_serve_offers_what_the_agent_offers_directly(tmp_path: Path, db: str) -> None:
     direct_dir, serve_dir = tmp_path / "direct", tmp_path / "serve"
     direct_dir.mkdir()
     serve_dir.mkdir()
     direct = asyncio.run(_drive(_agent(direct_dir), direct_dir, _one_session(direct_dir)))
-    served = asyncio.run(_drive(_serve(serve_dir), serve_dir, _one_session(serve_dir)))
+    served = asyncio.run(_drive(_serve(serve_dir, db), serve_dir, _one_session(serve_dir)))
     assert direct["new"]["modes"]["availableModes"]  # the example agent offers modes ...
     assert direct["new"]["configOptions"]  # ... and config options
     assert served["new"] == direct["new"]
     assert served["slash"] == direct["slash"] != []
     assert "my-tools" in direct["text"] and "my-tools" in served["text"]
     assert served["stop"] == direct["stop"] == "end_turn"
-    stored = b"".join(p.read_bytes() for p in serve_dir.glob("cp.db*"))
+    stored = stored_bytes(db)
     assert b"TOOL_TOKEN" in stored and SECRET.encode() not in stored
 
 
 @pytest.mark.timeout(120)
 def test_after_kill_9_load_returns_the_setup_and_the_editors_mcp_servers_reach_the_agent(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     async def first(conn: Any, proc: Any, init: Any, editor: Editor) -> tuple[str, Any]:
         new = await _raw(
@@ -157,7 +159,7 @@ def test_after_kill_9_load_returns_the_setup_and_the_editors_mcp_servers_reach_t
         proc.send_signal(signal.SIGKILL)
         return new["sessionId"], {k: v for k, v in new.items() if k != "sessionId"}
 
-    sid, setup = asyncio.run(_drive(_serve(tmp_path), tmp_path, first))
+    sid, setup = asyncio.run(_drive(_serve(tmp_path, db), tmp_path, first))
 
     async def second(conn: Any, proc: Any, init: Any, editor: Editor) -> tuple[Any, str]:
         loaded = await _raw(
@@ -170,13 +172,15 @@ def test_after_kill_9_load_returns_the_setup_and_the_editors_mcp_servers_reach_t
         await conn.prompt(session_id=sid, prompt=[text_block("#mcp-servers")])
         return loaded, editor.text()
 
-    loaded, text = asyncio.run(_drive(_serve(tmp_path), tmp_path, second))
+    loaded, text = asyncio.run(_drive(_serve(tmp_path, db), tmp_path, second))
     assert loaded == setup
     assert "my-tools" in text
 
 
 @pytest.mark.timeout(120)
-def test_an_agents_authentication_error_reaches_the_editor_unchanged(tmp_path: Path) -> None:
+def test_an_agents_authentication_error_reaches_the_editor_unchanged(
+    tmp_path: Path, db: str
+) -> None:
     async def body(conn: Any, proc: Any, init: Any, editor: Editor) -> Any:
         try:
             await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
@@ -186,14 +190,16 @@ def test_an_agents_authentication_error_reaches_the_editor_unchanged(tmp_path: P
 
     flags = ("--auth-required",)
     direct = asyncio.run(_drive(_agent(tmp_path, *flags), tmp_path, body))
-    served = asyncio.run(_drive(_serve(tmp_path, *flags), tmp_path, body))
+    served = asyncio.run(_drive(_serve(tmp_path, db, *flags), tmp_path, body))
     assert direct[1]["code"] == -32000
     assert served[1] == direct[1]
     assert [m.id for m in served[0]] == [m.id for m in direct[0]] == ["token"]
 
 
 @pytest.mark.timeout(120)
-def test_authenticate_reaches_the_agent_and_later_sessions_are_logged_in(tmp_path: Path) -> None:
+def test_authenticate_reaches_the_agent_and_later_sessions_are_logged_in(
+    tmp_path: Path, db: str
+) -> None:
     """An editor that gets -32000 logs in with one of the advertised methods: serve carries
     ``authenticate`` to a backend agent process, and the next ``session/new`` works."""
 
@@ -209,12 +215,12 @@ def test_authenticate_reaches_the_agent_and_later_sessions_are_logged_in(tmp_pat
         answer = await conn.prompt(session_id=new.session_id, prompt=[text_block("hello")])
         return answer.stop_reason, editor.text()
 
-    stop, text = asyncio.run(_drive(_serve(tmp_path, "--auth-required"), tmp_path, body))
+    stop, text = asyncio.run(_drive(_serve(tmp_path, db, "--auth-required"), tmp_path, body))
     assert stop == "end_turn" and "hello" in text
 
 
 @pytest.mark.timeout(120)
-def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -> None:
+def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path, db: str) -> None:
     """serve spawns its backend before it imports the SDK or opens the store; the first
     ``session/new`` in serve's cwd adopts that process instead of starting another."""
 
@@ -223,8 +229,10 @@ def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -
         await conn.prompt(session_id=new.session_id, prompt=[text_block("hello")])
         return str(new.session_id)
 
-    sid = asyncio.run(_drive(_serve(tmp_path), tmp_path, body))
-    logs = sorted(p.name for p in (tmp_path / "agent-logs").iterdir())
+    sid = asyncio.run(_drive(_serve(tmp_path, db), tmp_path, body))
+    # Beside a store file; with PostgreSQL, in the data directory of serve's $HOME (_env).
+    logs_dir = tmp_path / ".local/share/acpctl" if is_postgres(db) else tmp_path
+    logs = sorted(p.name for p in (logs_dir / "agent-logs").iterdir())
     # The adopted agent wrote to serve's own log; no launch of the session's own happened.
     assert f"{sid}.stderr.log" not in logs
     assert any(name.startswith("serve-") for name in logs), logs
@@ -232,7 +240,7 @@ def test_the_first_session_takes_the_agent_serve_started_ahead(tmp_path: Path) -
 
 @pytest.mark.timeout(120)
 def test_session_new_refuses_a_missing_cwd_and_a_reused_key_with_invalid_params(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     other = tmp_path / "other"
     other.mkdir()
@@ -248,7 +256,7 @@ def test_session_new_refuses_a_missing_cwd_and_a_reused_key_with_invalid_params(
                 codes.append(exc.code)
         return codes
 
-    codes = asyncio.run(_drive(_serve(tmp_path), tmp_path, body))
+    codes = asyncio.run(_drive(_serve(tmp_path, db), tmp_path, body))
     # A cwd that does not exist, refused before anything is spawned; the key's first use
     # works; the same key with another cwd is the client's mistake, not an internal error.
     assert codes == [-32602, 0, -32602]

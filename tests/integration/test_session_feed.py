@@ -1,6 +1,6 @@
 """Session feeds (committed events handed to watchers from memory), the recorder's
 ``write_after`` (a turn's outcome committed behind its last updates) and ``WriteContext.isolated``.
-A real SQLite store each time."""
+A real store each time, on each backend."""
 
 from __future__ import annotations
 

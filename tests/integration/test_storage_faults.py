@@ -2,6 +2,8 @@
 full disk) wedges nothing and loses nothing: the control plane retries its writes until the
 store takes them, in order, and every session carries on without a restart."""
 
+# SQLite-only: faults injected into a SQLite file (its lock, a full disk, the file deleted).
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,7 @@
 """A database file that is not usable gives a clear StoreError and stays untouched."""
 
+# SQLite-only: bad, corrupt, locked, read-only or truncated SQLite files.
+
 from __future__ import annotations
 
 import hashlib

@@ -250,8 +250,8 @@ def test_checkpoint_never_moves_backwards_or_past_the_log(store: Store) -> None:
     assert binding is not None and binding.last_delivered_seq == 2
 
 
-def test_recover_requeues_interrupted_runs_within_budget_then_fails_them(db_path: Path) -> None:
-    store = Store.open(db_path)
+def test_recover_requeues_interrupted_runs_within_budget_then_fails_them(db: str) -> None:
+    store = Store.open(db)
     sid = _spawn(store).session.id
     cmd_id = ""
     for attempt in range(1, 4):

@@ -101,7 +101,7 @@ def test_a_subagents_turn_links_to_the_parent_turn_that_spawned_it(
     assert child.metadata["traceParent"].startswith("00-")
 
 
-def test_nothing_is_traced_or_exported_when_tracing_is_off(tmp_path: Path) -> None:
+def test_nothing_is_traced_or_exported_when_tracing_is_off(tmp_path: Path, db: str) -> None:
     assert wanted(Config()) is None
     probe = """
 import sys
@@ -109,7 +109,7 @@ from pathlib import Path
 from opentelemetry import trace
 from tests.support.cp_harness import example_agent, open_cp
 tmp = Path(sys.argv[1])
-with open_cp(tmp) as cp:
+with open_cp(tmp, sys.argv[2]) as cp:
     s = cp.spawn(example_agent(tmp), tmp, "#tool hi")
     assert cp.wait(s.command.id, 30).ok
 print(type(trace.get_tracer_provider()).__name__)
@@ -117,7 +117,7 @@ print(type(trace.get_tracer_provider()).__name__)
     root = str(Path(__file__).resolve().parents[2])
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     off = subprocess.run(
-        [sys.executable, "-c", probe, str(tmp_path)],
+        [sys.executable, "-c", probe, str(tmp_path), db],
         capture_output=True,
         text=True,
         timeout=60,
@@ -128,7 +128,7 @@ print(type(trace.get_tracer_provider()).__name__)
     assert "invoke_agent" not in off.stderr
 
 
-def test_the_console_exporter_prints_the_turn_span_when_asked(tmp_path: Path) -> None:
+def test_the_console_exporter_prints_the_turn_span_when_asked(tmp_path: Path, db: str) -> None:
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"id": "a", "prompt": "#chunks=2 hi"}) + "\n")
     env = {**os.environ, "OTEL_TRACES_EXPORTER": "console", "ACPCTL_CONFIG": str(tmp_path / "c")}
@@ -139,7 +139,7 @@ def test_the_console_exporter_prints_the_turn_span_when_asked(tmp_path: Path) ->
             "-m",
             "control_plane.cli",
             "--db",
-            str(tmp_path / "cp.db"),
+            db,
             "batch",
             str(tasks),
         ],

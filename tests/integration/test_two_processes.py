@@ -55,11 +55,12 @@ def _my_agents(work: Path) -> list[int]:
 class _OwnerProcess:
     """Process A, with the ``key value`` lines it printed."""
 
-    def __init__(self, work: Path, prompt: str, *flags: str) -> None:
+    def __init__(self, work: Path, db: str, prompt: str, *flags: str) -> None:
         self.log = work / "owner-a.log"
+        driver = [sys.executable, "-m", "tests.support.owner_driver", str(work), db]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.owner_driver", str(work), prompt, *flags],
+                [*driver, prompt, *flags],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -95,8 +96,8 @@ class _OwnedSession:
     agent_pid: int
 
 
-def _start_a(work: Path, prompt: str, *flags: str) -> _OwnedSession:
-    a = _OwnerProcess(work, prompt, *flags)
+def _start_a(work: Path, db: str, prompt: str, *flags: str) -> _OwnedSession:
+    a = _OwnerProcess(work, db, prompt, *flags)
     try:
         owned = _OwnedSession(
             a,
@@ -156,12 +157,12 @@ def _b_keeps_off(b: ControlPlane, owned: _OwnedSession, epoch: int, seconds: flo
     assert owned.a.proc.poll() is None, "A must still be alive here"
 
 
-def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> None:
+def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path, db: str) -> None:
     prompt = "#chunks=40 #delay=100 a"
-    owned = _start_a(tmp_path, prompt)
+    owned = _start_a(tmp_path, db, prompt)
     sid = owned.session_id
     try:
-        with open_cp(tmp_path) as b:
+        with open_cp(tmp_path, db=db) as b:
             assert this_owner() != owned.owner
             before = b.get(sid)
             assert before.owner == owned.owner
@@ -187,15 +188,15 @@ def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path) -> No
     eventually(lambda: not pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
 
 
-def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) -> None:
+def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path, db: str) -> None:
     # A long turn: A's prompt is still running when A is killed, whatever the load.
     prompt = "#chunks=60 #delay=100 a"
     # An agent that cannot restore its conversation: B's agent starts afresh (context lost),
     # so the interrupted prompt is sent again (the "retry" policy).
-    owned = _start_a(tmp_path, prompt, "--no-resume", "--no-load")
+    owned = _start_a(tmp_path, db, prompt, "--no-resume", "--no-load")
     sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
     try:
-        with open_cp(tmp_path) as b:
+        with open_cp(tmp_path, db=db) as b:
             me = this_owner()
             before = b.get(sid)
             assert before.owner == owned.owner and before.state is SessionState.RUNNING
@@ -242,16 +243,16 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path) ->
 
 
 def test_a_prompt_cut_short_is_not_sent_again_to_an_agent_that_resumed_with_it(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     """The "retry" policy re-sends an interrupted prompt only to an agent that lost the
     conversation; one that resumed it has the prompt already: the command ends
     ``interrupted``, the follow-up runs, and the agent never saw the prompt twice."""
     prompt = "#chunks=60 #delay=100 a"
-    owned = _start_a(tmp_path, prompt)  # the example agent resumes sessions
+    owned = _start_a(tmp_path, db, prompt)  # the example agent resumes sessions
     sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
     try:
-        with open_cp(tmp_path) as b:
+        with open_cp(tmp_path, db=db) as b:
             follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
             owned.a.kill()
             eventually(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")

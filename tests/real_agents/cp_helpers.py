@@ -20,7 +20,8 @@ from acp import PROTOCOL_VERSION, Client, spawn_agent_process, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
-from tests.support.direct_sql import is_postgres, query
+from tests.support.direct_sql import is_postgres
+from tests.support.store_contents import stored_bytes
 
 from .agents import AgentLaunch
 from .client import RecordingClient
@@ -85,15 +86,11 @@ class ControlPlaneFiles:
         return [p for p in paths if p.exists()]
 
     def store_contents(self) -> list[tuple[str, bytes]]:
-        """Everything the store holds, as bytes to search: the files' bytes, or every row of
-        every table of the PostgreSQL database as text."""
+        """Everything the store holds, as bytes to search: each file's bytes, or (PostgreSQL)
+        every value of every table (``tests/support/store_contents.py``)."""
         if self.db_url is None:
             return [(str(p), p.read_bytes()) for p in self.store_files()]
-        tables = [
-            r[0]
-            for r in query(self.db, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
-        ]
-        return [(f"table {t}", repr(query(self.db, f"SELECT * FROM {t}")).encode()) for t in tables]
+        return [(f"database {self.db_url}", stored_bytes(self.db_url))]
 
     def write_config(self, launch: AgentLaunch, permission: str = "ask") -> None:
         """``[agents.NAME]`` with the harness's argv and every variable of its env (HOME too);

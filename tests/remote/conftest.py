@@ -9,8 +9,9 @@ from tests.support.remote_client import ListenServer, running_server
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[ListenServer]:
-    with running_server(tmp_path, token_name="tests") as started:
+def server(tmp_path: Path, db: str) -> Iterator[ListenServer]:
+    """A started ``serve --listen`` on ``db``: every test that takes it runs on each backend."""
+    with running_server(tmp_path, token_name="tests", db=db) as started:
         yield started
 
 

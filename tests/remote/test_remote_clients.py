@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from websockets.client import ClientProtocol
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
+from tests.support.direct_sql import query
 from tests.support.remote_client import (
     ListenServer,
     RpcClient,
@@ -162,9 +162,9 @@ class StalledClient:
 
 
 async def test_a_client_that_does_not_read_is_cut_off_and_others_are_unaffected(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
-    with running_server(tmp_path, "--send-buffer-bytes", str(1024 * 1024)) as server:
+    with running_server(tmp_path, "--send-buffer-bytes", str(1024 * 1024), db=db) as server:
         secret = server.secret
         async with ws_client(server.ws_url, secret) as reader:
             await reader.initialize()
@@ -215,11 +215,11 @@ async def test_a_cancel_from_another_client_ends_the_running_turn(
 
 
 async def test_an_unanswered_permission_request_ends_cancelled_after_ask_timeout(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text("[permissions]\nask_timeout_s = 1\n")
-    with running_server(tmp_path, "--config", str(config)) as server:
+    with running_server(tmp_path, "--config", str(config), db=db) as server:
         async with ws_client(server.ws_url, server.secret, permission="ignore") as a:
             await a.initialize()
             sid = await a.new_session(str(tmp_path))
@@ -257,11 +257,11 @@ async def test_two_answers_at_once_one_wins_by_compare_and_set_in_the_store(
         told = [c for c in (a, b) if request_id in c.withdrawn]
         assert len(told) == 1, "exactly one side lost, and was told once"
         assert told[0].withdrawn.count(request_id) == 1
-    with sqlite3.connect(server.db) as db:
-        state, option, decided_by = db.execute(
-            "SELECT state, option_id, decided_by FROM permission_requests WHERE id = ?",
-            (request_id,),
-        ).fetchone()
+    ((state, option, decided_by),) = query(
+        server.db,
+        "SELECT state, option_id, decided_by FROM permission_requests WHERE id = ?",
+        (request_id,),
+    )
     assert state == "answered"
     winner = "second" if told[0] is a else "tests"
     assert decided_by == winner
@@ -284,11 +284,10 @@ async def test_an_unanswered_request_is_withdrawn_on_record_when_the_turn_is_can
         await a.wait_for(lambda: request_id in a.withdrawn)
 
     def state() -> str:
-        with sqlite3.connect(server.db) as db:
-            row = db.execute(
-                "SELECT state FROM permission_requests WHERE id = ?", (request_id,)
-            ).fetchone()
-        return str(row[0])
+        ((found,),) = query(
+            server.db, "SELECT state FROM permission_requests WHERE id = ?", (request_id,)
+        )
+        return str(found)
 
     async with asyncio.timeout(10):
         while state() != "withdrawn":

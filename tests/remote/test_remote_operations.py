@@ -50,8 +50,8 @@ async def test_metrics_need_a_token_and_the_access_log_names_the_token_not_its_s
     assert server.secret not in log
 
 
-async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path) -> None:
-    with running_server(tmp_path, "--grace", "30") as server:
+async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path, db: str) -> None:
+    with running_server(tmp_path, "--grace", "30", db=db) as server:
         secret = server.secret
         async with ws_client(server.ws_url, secret) as client:
             await client.initialize()
@@ -69,9 +69,9 @@ async def test_sigterm_lets_the_running_turn_finish_then_exits_0(tmp_path: Path)
 
 
 async def test_sigterm_past_the_grace_period_interrupts_the_turn_and_records_it(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
-    with running_server(tmp_path, "--grace", "0.5") as server:
+    with running_server(tmp_path, "--grace", "0.5", db=db) as server:
         secret = server.secret
         async with ws_client(server.ws_url, secret) as client:
             await client.initialize()
@@ -92,8 +92,8 @@ async def test_sigterm_past_the_grace_period_interrupts_the_turn_and_records_it(
             assert found["state"] == "interrupted"
 
 
-def test_listening_beyond_loopback_without_tls_is_refused(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db")]
+def test_listening_beyond_loopback_without_tls_is_refused(db: str) -> None:
+    argv = [sys.executable, "-m", "control_plane.cli", "--db", db]
     refused = subprocess.run(
         [*argv, "serve", "--listen", "0.0.0.0:0"], capture_output=True, text=True, timeout=60
     )
@@ -108,13 +108,13 @@ def test_listening_beyond_loopback_without_tls_is_refused(tmp_path: Path) -> Non
     assert half.returncode == 2 and "--cert and --key go together" in half.stderr
 
 
-async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path) -> None:
+async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path, db: str) -> None:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.private_key_pem.write_to_path(str(tmp_path / "key.pem"))
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "cert.pem"))
     server = ListenServer(
-        tmp_path, "--cert", str(tmp_path / "cert.pem"), "--key", str(tmp_path / "key.pem")
+        tmp_path, "--cert", str(tmp_path / "cert.pem"), "--key", str(tmp_path / "key.pem"), db=db
     )
     secret = make_token(server.db, "tests")
     server.start()
@@ -139,9 +139,9 @@ async def test_tls_serves_wss_with_the_given_certificate(tmp_path: Path) -> None
 
 
 async def test_connections_past_the_limit_are_refused_503_until_one_leaves(
-    tmp_path: Path,
+    tmp_path: Path, db: str
 ) -> None:
-    with running_server(tmp_path, "--max-connections", "2") as server:
+    with running_server(tmp_path, "--max-connections", "2", db=db) as server:
         secret = server.secret
         async with ws_client(server.ws_url, secret) as a, ws_client(server.ws_url, secret) as b:
             await a.initialize()

@@ -5,7 +5,6 @@ after)."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import websockets
 from websockets.typing import Origin
 
 from store.tokens import TokenAccess, TokenSessions
+from tests.support.direct_sql import query
 from tests.support.remote_client import (
     ListenServer,
     RpcError,
@@ -27,10 +27,9 @@ from tests.support.remote_client import (
 pytestmark = pytest.mark.anyio
 
 
-def _counts(db: Path) -> tuple[int, int]:
-    with sqlite3.connect(db) as conn:
-        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-        commands = conn.execute("SELECT count(*) FROM commands").fetchone()[0]
+def _counts(db: str) -> tuple[int, int]:
+    ((sessions,),) = query(db, "SELECT count(*) FROM sessions")
+    ((commands,),) = query(db, "SELECT count(*) FROM commands")
     return sessions, commands
 
 
@@ -60,7 +59,7 @@ async def test_a_revoked_token_is_refused_without_a_restart(
     secret = make_token(server.db, "soon-revoked")
     async with ws_client(server.ws_url, secret) as client:
         await client.initialize()
-        revoke = [sys.executable, "-m", "control_plane.cli", "--db", str(server.db)]
+        revoke = [sys.executable, "-m", "control_plane.cli", "--db", server.db]
         subprocess.run([*revoke, "tokens", "revoke", "soon-revoked"], check=True)
         await asyncio.sleep(1.2)  # the server re-reads a token at most once a second
         before = _counts(server.db)

@@ -24,13 +24,16 @@ EXAMPLE = (sys.executable, "-m", "protocol.example_agent")
 
 
 class AgentHarness:
-    def __init__(self, tmp_path: Path, loop: ProtocolLoop | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, loop: ProtocolLoop | None = None, db: str | None = None
+    ) -> None:
+        """On the store ``db`` (either backend), or on a SQLite file in ``tmp_path``."""
         self.tmp = tmp_path
         self.workdir = tmp_path / "work"
         self.workdir.mkdir(exist_ok=True)
         self.state_file = tmp_path / "agent-state.json"
         self.invocations = tmp_path / "invocations.jsonl"
-        self.store = Store.open(tmp_path / "cp.db")
+        self.store = Store.open(db if db is not None else tmp_path / "cp.db")
         self.loop = loop or ProtocolLoop()
         spec = AgentSpec("example-agent", EXAMPLE)
         self.session_id = self.store.spawn(spec, str(self.workdir), None, None, None).session.id

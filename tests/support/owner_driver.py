@@ -1,10 +1,10 @@
 """Process A of the two-process test: owns a session and runs a long turn until killed.
 
-    python -m tests.support.owner_driver WORKDIR [PROMPT]
+    python -m tests.support.owner_driver WORKDIR DB [PROMPT]
 
-Opens ``tests.support.cp_harness.open_cp(WORKDIR)`` (store ``WORKDIR/cp.db``), spawns one session
-running the example agent with PROMPT (default ``#chunks=40 #delay=100 a``, about 4 s), and
-prints, one per line, as each becomes known::
+Opens ``tests.support.cp_harness.open_cp(WORKDIR, DB)`` (DB: a SQLite file or a PostgreSQL
+URL, the test's ``db``), spawns one session running the example agent with PROMPT (default
+``#chunks=40 #delay=100 a``, about 4 s), and prints, one per line, as each becomes known::
 
     owner <this process's owner id>
     session <session id>
@@ -30,10 +30,10 @@ DEFAULT_PROMPT = "#chunks=40 #delay=100 a"
 
 
 def main(argv: list[str]) -> int:
-    work = Path(argv[0]).resolve()
-    prompt = argv[1] if len(argv) > 1 else DEFAULT_PROMPT
-    flags = argv[2:]  # the example agent's, e.g. --no-resume
-    with open_cp(work) as cp:
+    work, db = Path(argv[0]).resolve(), argv[1]
+    prompt = argv[2] if len(argv) > 2 else DEFAULT_PROMPT
+    flags = argv[3:]  # the example agent's, e.g. --no-resume
+    with open_cp(work, db=db) as cp:
         spawned = cp.spawn(example_agent(work, *flags), work, prompt, idempotency_key="owned-by-a")
         assert spawned.command is not None
         sid, command_id = spawned.session.id, spawned.command.id

@@ -29,7 +29,7 @@ PERMISSION_KINDS = {"allow": "allow_once", "reject": "reject_once"}
 
 
 def make_token(
-    db: Path,
+    db: str | Path,
     name: str,
     access: TokenAccess = TokenAccess.CONTROL,
     sessions: TokenSessions = TokenSessions.ALL,
@@ -42,11 +42,12 @@ def make_token(
 
 
 class ListenServer:
-    """``acpctl serve --listen 127.0.0.1:0`` in a subprocess; ``url`` once it listens."""
+    """``acpctl serve --listen 127.0.0.1:0`` in a subprocess on the store ``db`` (either
+    backend; default a SQLite file in ``tmp``); ``url`` once it listens."""
 
-    def __init__(self, tmp: Path, *extra: str, agent: str = EXAMPLE) -> None:
+    def __init__(self, tmp: Path, *extra: str, agent: str = EXAMPLE, db: str | None = None) -> None:
         self.tmp = tmp
-        self.db = tmp / "cp.db"
+        self.db = db if db is not None else str(tmp / "cp.db")
         self.extra = extra
         self.agent = agent
         self.proc: subprocess.Popen[bytes] | None = None
@@ -55,7 +56,7 @@ class ListenServer:
         self.secret = ""  # a control token's, when the fixture made one
 
     def start(self, timeout: float = 60) -> ListenServer:
-        argv = [sys.executable, "-m", "control_plane.cli", "--db", str(self.db), "serve"]
+        argv = [sys.executable, "-m", "control_plane.cli", "--db", self.db, "serve"]
         argv += ["--listen", f"127.0.0.1:{self.port}", "--agent", self.agent, *self.extra]
         self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115  # closed in stop()
         start_at = self.stderr_path.stat().st_size
@@ -107,10 +108,13 @@ class ListenServer:
 
 
 @contextlib.contextmanager
-def running_server(tmp: Path, *extra: str, token_name: str = "tests") -> Iterator[ListenServer]:
-    """A started ``serve --listen`` with a control token (``.secret``), stopped after."""
-    server = ListenServer(tmp, *extra)
-    server.db.parent.mkdir(parents=True, exist_ok=True)
+def running_server(
+    tmp: Path, *extra: str, token_name: str = "tests", db: str | None = None
+) -> Iterator[ListenServer]:
+    """A started ``serve --listen`` on ``db`` with a control token (``.secret``), stopped
+    after."""
+    server = ListenServer(tmp, *extra, db=db)
+    tmp.mkdir(parents=True, exist_ok=True)
     server.secret = make_token(server.db, token_name)
     server.start()
     try:
