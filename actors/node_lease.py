@@ -1,7 +1,8 @@
 """This process's node lease: registered at start, renewed while it lives, given up at stop.
 
-Renewed every third of the lease. Two ways it ends while the process runs, both handled by
-``on_lost`` (the supervisor stops every session actor, which ends their agents):
+Renewed every third of the lease. On PostgreSQL (a fleet: other nodes judge this one by
+its lease), two ways it ends while the process runs, both handled by ``on_lost`` (the
+supervisor stops every session actor, which ends their agents):
 
 - the renewal finds the lease already run out (the process stood still past it: SIGSTOP, a
   long pause; or the database was unreachable): other nodes may own its sessions now, and
@@ -11,6 +12,10 @@ Renewed every third of the lease. Two ways it ends while the process runs, both 
   stops its agents *before* the lease runs out by the others' clock, so no two nodes run one
   session's agent at once. Once a renewal succeeds again it goes on; if the lease ran out
   meanwhile, as above.
+
+On SQLite the lease is kept for ``acpctl status`` only: every process is on one machine and
+judged by ``/proc`` (store/queries/nodes.py), so losing the lease (a full disk for longer
+than it, a pause) takes nothing away, and the node stops nothing; it registers again.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 
 from state_machines import ControlPlaneError
 from store import Store
+from store.location import Backend
 from store.ops import nodes as node_ops
 from store.ops.nodes import NodeSpec
 
@@ -49,6 +55,8 @@ class NodeLease:
         self._thread = threading.Thread(target=self._run, name="node-lease", daemon=True)
         self._renewed_at = 0.0  # monotonic, last successful register or renewal
         self._fenced = False
+        # Whether others judge this node by its lease (store/queries/nodes.py).
+        self._fences = store.backend is Backend.POSTGRESQL
         self.losses = 0  # times the lease was lost or given up for safety (tests, status)
 
     def start(self) -> None:
@@ -82,14 +90,14 @@ class NodeLease:
             log.warning(
                 "node %s: lease renewal failed (%.1f s without): %s", self.node.id, silent_for, exc
             )
-            if not self._fenced and silent_for >= self.lease_s * SELF_FENCE_AT:
+            if self._fences and not self._fenced and silent_for >= self.lease_s * SELF_FENCE_AT:
                 self._fenced = True
                 self.losses += 1
                 self._on_lost("the database was unreachable for most of the lease")
             return
         if ends is None:
             self.losses += 1
-            if not self._fenced:
+            if self._fences and not self._fenced:
                 self._on_lost("the lease had run out: other nodes may own its sessions")
             try:
                 self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))

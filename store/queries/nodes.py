@@ -11,6 +11,10 @@ lives (actors/node_lease.py). Its owner id is dead when:
 
 An owner with no node row (a process of an earlier release, before leases) is judged by
 ``/proc`` alone, as before: dead if gone from this host, alive if on another host.
+
+On a SQLite store every process is on this machine, and ``/proc`` answers exactly: there
+the lease decides nothing (a process that stands still, or waits out a full disk, keeps its
+sessions, as before leases). It is kept all the same, for ``acpctl status``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from store.dialect_sql import db_now
+from store.dialect_sql import db_now, is_postgres
 from store.ownership import owner_alive
 from store.schema import nodes
 
@@ -87,6 +91,7 @@ class Liveness:
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._by_lease = is_postgres(conn)
         self._leases: dict[str, tuple[str, bool]] | None = None  # id -> (host, live)
         self._judged: dict[str, bool] = {}
         self._host = socket.gethostname()
@@ -107,7 +112,7 @@ class Liveness:
             return False
         judged = self._judged.get(owner)
         if judged is None:
-            lease = self._load().get(owner)
+            lease = self._load().get(owner) if self._by_lease else None
             if lease is None:
                 judged = owner_alive(owner)  # no lease recorded: the process check alone
             else:
