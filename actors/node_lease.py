@@ -55,13 +55,24 @@ class NodeLease:
         self._thread = threading.Thread(target=self._run, name="node-lease", daemon=True)
         self._renewed_at = 0.0  # monotonic, last successful register or renewal
         self._fenced = False
+        self._registered = False
         # Whether others judge this node by its lease (store/queries/nodes.py).
         self._fences = store.backend is Backend.POSTGRESQL
         self.losses = 0  # times the lease was lost or given up for safety (tests, status)
 
     def start(self) -> None:
-        self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))
+        """Register and start renewing. A store that refuses the write now (a full disk, a
+        lock held) does not keep the process from opening: the renewals register it once
+        the store takes writes (until then no lease names it, and its sessions are judged
+        by /proc, or alive on another host: never taken from it)."""
         self._renewed_at = time.monotonic()
+        try:
+            self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))
+            self._registered = True
+        except ControlPlaneError as exc:
+            log.warning(
+                "node %s: registering failed, retried at each renewal: %s", self.node.id, exc
+            )
         self._thread.start()
 
     def stop(self) -> None:
@@ -80,6 +91,15 @@ class NodeLease:
             self.renew_once()
 
     def renew_once(self) -> None:
+        if not self._registered:
+            try:
+                self.store.write(lambda ctx: node_ops.register(ctx, self.node, self.lease_s))
+            except ControlPlaneError as exc:
+                log.warning("node %s: registering failed: %s", self.node.id, exc)
+                return
+            self._registered = True
+            self._renewed_at = time.monotonic()
+            return
         try:
             ends = self.store.write(
                 lambda ctx: node_ops.renew(ctx, self.node.id, self.lease_s, self._running()),

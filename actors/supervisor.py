@@ -149,6 +149,7 @@ class Supervisor:
 
     def remote_change(self, session_id: str) -> None:
         """Another node changed the session (store/listen.py)."""
+        self.store.catch_up(session_id)  # its watchers here (serve streams) get its events
         if not self._started:
             return
         ref = self._live(session_id)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from store.engine import Synchronous
 from store.feed import CommittedEvent, SessionCommit
 from store.integrity import IntegrityCheck
+from store.opening import StoreOptions
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -23,7 +24,7 @@ from store.records import (
     SpawnResult,
     SubagentLimits,
 )
-from store.store import Store, StoreOptions
+from store.store import Store
 
 if TYPE_CHECKING:
     from store.async_reads import AsyncReader

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -60,16 +61,39 @@ class SessionCommit:
 FeedListener = Callable[[SessionCommit], None]
 
 
+# How far back (seconds) a catch-up looks for commands another node finished: wider than
+# any clock difference between nodes; the ids already handed on are skipped.
+_FINISHED_WINDOW_S = 300.0
+
+
 class SessionFeeds:
+    """The watchers of each session, and what each session's watchers were handed last:
+    a commit of this process is published from memory (``publish``); on PostgreSQL a commit
+    of another node is read back once its notification arrives (``catch_up``). Both hand on
+    only events after the last one handed on, so each event reaches a watcher once, in seq
+    order, whichever way it came."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watchers: dict[str, list[FeedListener]] = {}
+        self._last: dict[str, int] = {}  # last seq handed on, per watched session
+        self._finished: dict[str, set[str]] = {}  # finished command ids handed on
+        # Reads for ``catch_up`` (the Store sets them): events after a seq, and the
+        # session's commands finished since a time.
+        self.read_after: Callable[[str, int], list[CommittedEvent]] | None = None
+        self.read_finished: Callable[[str, float], list[CommandRecord]] | None = None
 
-    def watch(self, session_id: str, listener: FeedListener) -> Callable[[], None]:
+    def watch(
+        self, session_id: str, listener: FeedListener, last_seq: int | None = None
+    ) -> Callable[[], None]:
         """Call ``listener`` after every commit that appended to or finished a command of
-        ``session_id``. Returns the function that stops it."""
+        ``session_id`` (``last_seq``: the log's end now; what comes after it is handed on).
+        Returns the function that stops it."""
         with self._lock:
             self._watchers.setdefault(session_id, []).append(listener)
+            if last_seq is not None:
+                self._last[session_id] = max(self._last.get(session_id, 0), last_seq)
+            self._finished.setdefault(session_id, set())
 
         def unwatch() -> None:
             with self._lock:
@@ -78,8 +102,13 @@ class SessionFeeds:
                     listeners.remove(listener)
                 if not listeners:
                     self._watchers.pop(session_id, None)
+                    self._last.pop(session_id, None)
+                    self._finished.pop(session_id, None)
 
         return unwatch
+
+    def watched(self, session_id: str) -> bool:
+        return session_id in self._watchers
 
     def publish(self, commit: Commit) -> None:
         """On the writer thread, after the commit."""
@@ -100,7 +129,44 @@ class SessionFeeds:
                 shares.setdefault(record.session_id, SessionCommit()).finished.append(record)
         # Appends run in seq order inside a transaction, so each share is in seq order.
         for session_id, share in shares.items():
-            for listener in watched[session_id]:
+            self._hand_on(session_id, share, watched[session_id])
+
+    def catch_up(self, session_id: str) -> None:
+        """Another node committed for ``session_id``: hand its watchers what the log has
+        after the last event they were handed (on the listener's thread)."""
+        if session_id not in self._watchers or self.read_after is None:
+            return
+        with self._lock:
+            listeners = list(self._watchers.get(session_id, ()))
+            last = self._last.get(session_id, 0)
+        if not listeners:
+            return
+        share = SessionCommit(events=self.read_after(session_id, last))
+        if self.read_finished is not None:
+            share.finished = self.read_finished(session_id, time.time() - _FINISHED_WINDOW_S)
+        self._hand_on(session_id, share, listeners)
+
+    def _hand_on(
+        self, session_id: str, share: SessionCommit, listeners: list[FeedListener]
+    ) -> None:
+        with self._lock:
+            last = self._last.get(session_id)
+            if last is not None:
+                fresh = [e for e in share.events if e.seq > last]
+                if fresh and fresh[0].seq > last + 1 and self.read_after is not None:
+                    # A gap: another node's commit not caught up yet; the log has it.
+                    fresh = [e for e in self.read_after(session_id, last) if e.seq > last]
+                share.events = fresh
+            if share.events:
+                self._last[session_id] = share.events[-1].seq
+            seen = self._finished.setdefault(session_id, set())
+            share.finished = [r for r in share.finished if r.id not in seen]
+            seen.update(r.id for r in share.finished)
+            if not share.events and not share.finished:
+                return
+            # Handed on under the lock: two threads (the writer, the listener) never
+            # interleave one session's events.
+            for listener in listeners:
                 try:
                     listener(share)
                 except Exception:  # a watcher's bug must not stop the others

@@ -38,6 +38,7 @@ NEXT_COMMAND_SEQ = (
     f"WHERE id = ? AND state != '{_CLOSED}' RETURNING last_command_seq"
 )
 SESSION_STATE = "SELECT state FROM sessions WHERE id = ?"
+SESSION_LAST_SEQ = "SELECT last_event_seq FROM sessions WHERE id = ?"
 # What a session actor needs before claiming: its state and whether anything is queued.
 SESSION_WORK = (
     "SELECT s.state, EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id "

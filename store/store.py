@@ -13,21 +13,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DatabaseError, OperationalError
 
 from state_machines import SessionNotFound, SessionState, StoreError
 from store import hot_sql as hot
 from store import ops, queries, telemetry
 from store.driver_errors import as_damaged, is_damage
-from store.engine import EngineSettings, Synchronous, make_read_engine, make_write_engine
-from store.feed import FeedListener, SessionFeeds
-from store.integrity import IntegrityCheck, check_database_file
+from store.feed import CommittedEvent, FeedListener, SessionFeeds
 from store.location import Backend, StoreLocation, locate
-from store.migrate import upgrade_to_head
+from store.opening import StoreOptions, open_engines
 from store.ownership import this_owner
 from store.placement import Placement
 from store.raw import RawConnection, raw_of
@@ -54,17 +50,6 @@ EventsListener = Callable[[set[str]], None]
 CommandsListener = Callable[[set[str]], None]
 
 
-@dataclass(frozen=True)
-class StoreOptions:
-    synchronous: Synchronous = Synchronous.FULL
-    # Total time a write (or the open) keeps retrying a lock held by another process.
-    lock_timeout_s: float = 10.0
-    busy_timeout_ms: int = 200
-    integrity_check: IntegrityCheck = IntegrityCheck.QUICK
-    max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS
-    read_pool_size: int = 8
-
-
 class Store:
     """See the module docstring. Use ``Store.open(path or URL)``; close with ``close()`` or
     ``with``."""
@@ -86,14 +71,18 @@ class Store:
         self._command_listeners: list[CommandsListener] = []
         self._listeners_lock = threading.Lock()
         self._feeds = SessionFeeds()
+        if location.backend is Backend.POSTGRESQL:
+            self._feeds.read_after = self._events_after
+            self._feeds.read_finished = self._finished_since
         # Minted when the store was created; event ids are unique within it (see 0007).
         self.identity = ""
         if location.backend is Backend.POSTGRESQL:
+            from store.ops._shared import NOTIFY_SQL
             from store.pg_engine import WRITE_BEGIN
 
-            begin_sql, watch_file = WRITE_BEGIN, False
+            begin_sql, watch_file, notify_sql = WRITE_BEGIN, False, NOTIFY_SQL
         else:
-            begin_sql, watch_file = "BEGIN IMMEDIATE", True
+            begin_sql, watch_file, notify_sql = "BEGIN IMMEDIATE", True, None
         self._writer = GroupCommitWriter(
             write_engine,
             self.path,
@@ -101,6 +90,7 @@ class Store:
             on_commit=self._notify,
             begin_sql=begin_sql,
             watch_file=watch_file,
+            notify_sql=notify_sql,
         )
 
     @property
@@ -110,88 +100,10 @@ class Store:
     @classmethod
     def open(cls, path: str | os.PathLike[str], options: StoreOptions | None = None) -> Store:
         """Open (creating and migrating as needed) the store at a SQLite file path or a
-        ``postgresql://`` URL."""
+        ``postgresql://`` URL (store/opening.py)."""
         options = options or StoreOptions()
         location = locate(path)  # UnsupportedLocation (a StoreError) for other schemes
-        if location.backend is Backend.POSTGRESQL:
-            return cls._open_postgres(location, options)
-        path = location.target
-        parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
-            raise StoreError(f"directory {parent} does not exist; create it first", path=path)
-        if os.path.isdir(path):
-            raise StoreError(
-                f"{path} is a directory; --db names the store file itself "
-                f"(e.g. {os.path.join(path, 'acpctl.db')})",
-                path=path,
-            )
-        if os.statvfs(parent).f_flag & os.ST_RDONLY:
-            raise StoreError(
-                f"{parent} is on a read-only file system; a store needs to write its file and "
-                "the -wal and -shm files beside it: put it on writable storage",
-                path=path,
-            )
-        check_database_file(path, options.integrity_check)
-        settings = EngineSettings(
-            synchronous=options.synchronous,
-            busy_timeout_ms=options.busy_timeout_ms,
-            read_pool_size=options.read_pool_size,
-        )
-        write_engine = make_write_engine(path, settings)
-        read_engine = make_read_engine(path, settings)
-
-        def prepare() -> None:
-            # The writer's connect hook switches the file to WAL; do it before any reader
-            # connects, so no pooled reader starts out in rollback-journal mode.
-            write_engine.connect().close()
-            upgrade_to_head(write_engine, read_engine)
-
-        try:
-            retry_on_lock(prepare, options.lock_timeout_s, path)
-        except BaseException as exc:
-            write_engine.dispose()
-            read_engine.dispose()
-            if isinstance(exc, (OperationalError, DatabaseError)):
-                raise StoreError(f"cannot open store {path}: {exc.orig or exc}", path=path) from exc
-            raise
-        store = cls(location, options, write_engine, read_engine)
-        store.identity = store.read(queries.store_identity)
-        return store
-
-    @classmethod
-    def _open_postgres(cls, location: StoreLocation, options: StoreOptions) -> Store:
-        try:
-            import psycopg  # noqa: F401  (the optional ``postgres`` extra)
-        except ImportError:
-            raise StoreError(
-                f"cannot open {location.display}: PostgreSQL needs psycopg 3; install "
-                "acp-control-plane[postgres]",
-                path=location.display,
-            ) from None
-        from store import pg_engine
-
-        settings = EngineSettings(
-            synchronous=options.synchronous,
-            busy_timeout_ms=max(options.busy_timeout_ms, 1000),
-            read_pool_size=options.read_pool_size,
-        )
-        write_engine = pg_engine.make_write_engine(location.target, settings)
-        read_engine = pg_engine.make_read_engine(location.target, settings)
-        try:
-            retry_on_lock(
-                lambda: upgrade_to_head(write_engine, read_engine, location),
-                options.lock_timeout_s,
-                location.display,
-            )
-        except BaseException as exc:
-            write_engine.dispose()
-            read_engine.dispose()
-            if isinstance(exc, (OperationalError, DatabaseError)):
-                raise StoreError(
-                    f"cannot open store {location.display}: {exc.orig or exc}",
-                    path=location.display,
-                ) from exc
-            raise
+        write_engine, read_engine = open_engines(location, options)
         store = cls(location, options, write_engine, read_engine)
         store.identity = store.read(queries.store_identity)
         return store
@@ -289,9 +201,31 @@ class Store:
     def watch_session(self, session_id: str, listener: FeedListener) -> Callable[[], None]:
         """Call ``listener(SessionCommit)`` on the writer thread after each commit that
         appended events to ``session_id`` or finished one of its commands: the committed
-        events and records themselves, in commit order (store/feed.py). Returns the
-        function that stops it."""
-        return self._feeds.watch(session_id, listener)
+        events and records themselves, in commit order (store/feed.py). On PostgreSQL also
+        what other nodes commit for it (on the listener's thread, read back once their
+        notification arrives). Returns the function that stops it."""
+        last: int | None = None
+        if self.backend is Backend.POSTGRESQL:
+            row = self.read_raw(
+                lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone()
+            )
+            last = None if row is None else int(row[0])
+        return self._feeds.watch(session_id, listener, last)
+
+    def catch_up(self, session_id: str) -> None:
+        """Another node committed for ``session_id``: its watchers here get what it wrote."""
+        self._feeds.catch_up(session_id)
+
+    def _events_after(self, session_id: str, after_seq: int) -> list[CommittedEvent]:
+        return [
+            CommittedEvent(
+                e.session_id, e.seq, e.command_id, e.kind, e.raw, e.created_at.timestamp()
+            )
+            for e in self.read(lambda c: queries.events_after(c, session_id, after_seq, None))
+        ]
+
+    def _finished_since(self, session_id: str, since: float) -> list[CommandRecord]:
+        return self.read(lambda c: queries.finished_since(c, session_id, since))
 
     def _notify(self, commit: Commit) -> None:
         with self._listeners_lock:

@@ -176,9 +176,13 @@ class GroupCommitWriter:
         max_batch: int = 512,
         begin_sql: str = "BEGIN IMMEDIATE",
         watch_file: bool = True,
+        notify_sql: str | None = None,
     ) -> None:
         self._engine = engine
         self._begin_sql = begin_sql
+        # PostgreSQL: a statement that tells other nodes, on commit, which sessions a group
+        # appended to or finished commands of (their session feeds catch up; store/feed.py).
+        self._notify_sql = notify_sql
         # SQLite: the file is checked before each group (deleted or replaced under us?).
         self._watch_file = watch_file
         self._on_commit = on_commit
@@ -264,7 +268,7 @@ class GroupCommitWriter:
         began = time.perf_counter()
         try:
             outcomes, hooks, commit = retry_on_lock(
-                lambda: self._run_transaction(conn, live, self._begin_sql),
+                lambda: self._run_transaction(conn, live, self._begin_sql, self._notify_sql),
                 self._lock_timeout_s,
                 self._path,
             )
@@ -328,20 +332,24 @@ class GroupCommitWriter:
 
     @staticmethod
     def _run_transaction(
-        conn: Connection, batch: list[_Request[Any]], begin_sql: str
+        conn: Connection, batch: list[_Request[Any]], begin_sql: str, notify_sql: str | None
     ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit]:
         """Run the batch in one transaction. Optimistically without savepoints (each costs
         as much as a small write); if any write raises, roll back and run the batch again
         with a savepoint around each write, so only the failing ones are undone."""
-        result = GroupCommitWriter._attempt(conn, batch, begin_sql, isolate=False)
+        result = GroupCommitWriter._attempt(conn, batch, begin_sql, notify_sql, isolate=False)
         if result is None:
-            result = GroupCommitWriter._attempt(conn, batch, begin_sql, isolate=True)
+            result = GroupCommitWriter._attempt(conn, batch, begin_sql, notify_sql, isolate=True)
             assert result is not None
         return result
 
     @staticmethod
     def _attempt(
-        conn: Connection, batch: list[_Request[Any]], begin_sql: str, isolate: bool
+        conn: Connection,
+        batch: list[_Request[Any]],
+        begin_sql: str,
+        notify_sql: str | None,
+        isolate: bool,
     ) -> tuple[list[tuple[bool, Any]], list[Callable[[], None]], Commit] | None:
         outcomes: list[tuple[bool, Any]] = []
         hooks: list[Callable[[], None]] = []
@@ -377,6 +385,9 @@ class GroupCommitWriter:
                     outcomes.append((True, value))
                     hooks.extend(ctx._hooks)
                     commit.add(ctx)
+            if notify_sql is not None and commit:
+                for session_id in commit.sessions | {r.session_id for r in commit.finished_records}:
+                    raw.execute(notify_sql, (session_id,))
             if raw.in_transaction:
                 raw.execute("COMMIT")
         except BaseException as exc:

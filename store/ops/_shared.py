@@ -100,7 +100,7 @@ def transition_session(
 
 # The channel every node LISTENs on (store/listen.py): the payload is a session id.
 SESSIONS_CHANNEL = "acpctl_sessions"
-_NOTIFY = f"SELECT pg_notify('{SESSIONS_CHANNEL}', ?)"
+NOTIFY_SQL = f"SELECT pg_notify('{SESSIONS_CHANNEL}', ?)"
 
 
 def notify_session(ctx: WriteContext, session_id: str) -> None:
@@ -109,7 +109,7 @@ def notify_session(ctx: WriteContext, session_id: str) -> None:
     next poll). PostgreSQL folds repeats within one transaction. SQLite: nothing (one
     machine: the processes poll, and this process wakes its own actors directly)."""
     if isinstance(ctx.raw, PgRaw):
-        ctx.raw.execute(_NOTIFY, (session_id,))
+        ctx.raw.execute(NOTIFY_SQL, (session_id,))
 
 
 def insert_command(

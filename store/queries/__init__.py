@@ -4,6 +4,7 @@ writer's own transaction), by concern. Import the package: ``queries.get_session
 from store.queries.commands import (
     commands_of,
     count_commands,
+    finished_since,
     get_command,
     interrupted_counts,
     next_queued,
@@ -63,6 +64,7 @@ __all__ = [
     "events_after",
     "events_of_kinds_after",
     "events_query",
+    "finished_since",
     "get_binding",
     "get_command",
     "get_session",

@@ -6,7 +6,7 @@ import json
 
 from sqlalchemy import Connection, func, select
 
-from state_machines import CommandState
+from state_machines import COMMAND_MACHINE, CommandState
 from state_machines.errors import CommandNotFound
 from state_machines.event_kinds import EventKind
 from store.records import CommandRecord
@@ -24,6 +24,21 @@ def get_command(conn: Connection, command_id: str) -> CommandRecord:
 def commands_of(conn: Connection, session_id: str) -> list[CommandRecord]:
     rows = conn.execute(
         select(commands).where(commands.c.session_id == session_id).order_by(commands.c.seq)
+    )
+    return [command_from_row(r) for r in rows]
+
+
+def finished_since(conn: Connection, session_id: str, since: float) -> list[CommandRecord]:
+    """The session's commands that reached a final state at or after ``since``."""
+    final = [s.value for s in COMMAND_MACHINE.final]
+    rows = conn.execute(
+        select(commands)
+        .where(
+            commands.c.session_id == session_id,
+            commands.c.state.in_(final),
+            commands.c.finished_at >= since,
+        )
+        .order_by(commands.c.finished_at)
     )
     return [command_from_row(r) for r in rows]
 

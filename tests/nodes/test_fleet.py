@@ -16,7 +16,7 @@ import pytest
 
 from control_plane import CommandState, ControlPlane, Placement, SessionState
 from protocol.agent.proc_tree import MARKER_ENV
-from store import Store
+from store import SessionCommit, Store
 from tests.conftest import eventually, live_pids
 from tests.nodes.conftest import DISCOVER_S, LEASE_S, Fleet
 from tests.support.cp_harness import FAST, example_agent
@@ -267,3 +267,45 @@ def test_a_node_cut_off_from_the_database_stops_its_agents_and_comes_back_fenced
             assert cut_off.proc.poll() is None
     finally:
         proxy.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_watcher_on_another_node_follows_the_turn_as_it_is_committed(fleet: Fleet) -> None:
+    """Serve streams and followers on any node: node b watches a session that runs on node a
+    (pinned there) and gets a's commits as they happen, each event once in seq order, and
+    the command's end; not the whole turn at its end."""
+    fleet.start("a")
+    work = fleet.work
+    settings = replace(FAST, log_dir=str(work / "logs-b"), node_name="b")
+    shares: list[tuple[float, list[int], list[str]]] = []
+    with ControlPlane.open(fleet.db, settings=settings) as b:
+        spawned = b.spawn(
+            example_agent(work),
+            work,
+            "#chunks=2 hi",
+            idempotency_key="w",
+            placement=Placement(node="a"),
+        )
+        assert spawned.command is not None
+        assert b.wait(spawned.command.id, 60).ok
+        sid = spawned.session.id
+
+        def on_commit(share: SessionCommit) -> None:
+            shares.append(
+                (time.monotonic(), [e.seq for e in share.events], [r.id for r in share.finished])
+            )
+
+        unwatch = b.watch_session(sid, on_commit)
+        try:
+            turn = b.prompt(sid, "#chunks=30 #delay=100 streamed", idempotency_key="s")
+            assert b.wait(turn.id, 60).ok
+            ended_at = time.monotonic()
+            eventually(lambda: any(turn.id in f for _, _, f in shares), 10, "the end handed on")
+        finally:
+            unwatch()
+        assert b.get(sid).owner != b._supervisor.me  # a ran it: everything came from a
+    seqs = [s for _, batch, _ in shares for s in batch]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs  # once each, in order
+    assert len(seqs) >= 30
+    during = [at for at, batch, _ in shares if batch and at < ended_at - 1.0]
+    assert len(during) >= 5, shares  # streamed while the turn ran (3 s of chunks)
