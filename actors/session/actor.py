@@ -28,21 +28,12 @@ from typing import Any, TypeVar
 import pykka
 
 from actors import log_context
+from actors.session import messages as msg
 from actors.session.agent_start import call_quietly, start_agent, stop_agent
 from actors.session.budget_watch import BudgetWatch
 from actors.session.deps import ActorDeps
 from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
-from actors.session.messages import (
-    AgentGone,
-    CancelTurn,
-    CloseSession,
-    Noticed,
-    SlotGranted,
-    Tick,
-    TurnDone,
-    Wake,
-)
 from actors.session.outcomes import control_write, failed_turn, turn_outcome, turn_timeout_for
 from actors.session.recorder import StoreRecorder
 from actors.session.turn_trace import TurnTrace
@@ -140,7 +131,7 @@ class SessionActor(pykka.ThreadingActor):
             self.epoch = -1
             self.stop()
         except Exception:
-            if isinstance(message, CloseSession):
+            if isinstance(message, msg.CloseSession):
                 raise  # asked, not told: pykka hands it to the caller, the actor lives on
             log.exception("session %s: handling %r failed", self.session_id, message)
         return None
@@ -151,7 +142,7 @@ class SessionActor(pykka.ThreadingActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             raise TypeError(f"session actor got an unknown message: {message!r}")
-        if not isinstance(message, Tick):  # a tick is not activity: it must not delay passivation
+        if not isinstance(message, msg.Tick):  # a tick must not delay passivation
             self.last_active = time.monotonic()
         return handler(message)
 
@@ -159,14 +150,14 @@ class SessionActor(pykka.ThreadingActor):
     def _handlers(self) -> dict[type, Callable[[Any], Any]]:
         """One handler per message type (``actors/session/messages.py``)."""
         return {
-            Tick: lambda m: self._tick(m.now, m.over_cap),
-            Wake: lambda _: self._work(),
-            Noticed: lambda _: self._noticed(),
-            SlotGranted: lambda _: self._work(),
-            TurnDone: self._turn_done,
-            CancelTurn: lambda _: self._cancel_turn(),
-            CloseSession: lambda m: self._close(m.reason),
-            AgentGone: lambda m: self._agent_gone(m.exit_code),
+            msg.Tick: lambda m: self._tick(m.now, m.over_cap),
+            msg.Wake: lambda _: self._work(),
+            msg.Noticed: lambda _: self._notice_other_processes(then_work=True),
+            msg.SlotGranted: lambda _: self._work(),
+            msg.TurnDone: self._turn_done,
+            msg.CancelTurn: lambda _: self._cancel_turn(),
+            msg.CloseSession: lambda m: self._close(m.reason),
+            msg.AgentGone: lambda m: self._agent_gone(m.exit_code),
         }
 
     # -- work ----------------------------------------------------------------------------
@@ -224,7 +215,7 @@ class SessionActor(pykka.ThreadingActor):
     def _continue(self) -> None:
         """Give the slot back and queue for another: FIFO fairness between sessions."""
         self.deps.slots.release(self.session_id)
-        self.actor_ref.tell(Wake())
+        self.actor_ref.tell(msg.Wake())
 
     def _ensure_agent(self) -> bool:
         if self.conn is not None and self.conn.alive:
@@ -267,7 +258,7 @@ class SessionActor(pykka.ThreadingActor):
     def _on_agent_exit(self, exit_code: int | None) -> None:
         # Runs on the protocol loop: only a message.
         if self.actor_ref.is_alive():
-            self.actor_ref.tell(AgentGone(exit_code))
+            self.actor_ref.tell(msg.AgentGone(exit_code))
 
     def _start_turn(self, claimed: list[CommandRecord]) -> None:
         assert self.conn is not None
@@ -289,7 +280,7 @@ class SessionActor(pykka.ThreadingActor):
                 return
             exc = future.exception()
             with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(TurnDone(ids, None if exc else future.result(), exc))
+                ref.tell(msg.TurnDone(ids, None if exc else future.result(), exc))
 
         self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
         # Not durable on return: the outcome is written behind the turn's last updates
@@ -297,7 +288,7 @@ class SessionActor(pykka.ThreadingActor):
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
         self.deps.loop.when_done(turn, done)
 
-    def _turn_done(self, message: TurnDone) -> None:
+    def _turn_done(self, message: msg.TurnDone) -> None:
         if self.turn != message.command_ids:
             return
         self.turn = None
@@ -377,14 +368,10 @@ class SessionActor(pykka.ThreadingActor):
                     log.info("passivating idle session %s: over max_live_agents", self.session_id)
                 self.stop()  # passivate: on_stop ends the agent and releases ownership
 
-    def _noticed(self) -> None:
-        self._notice_other_processes()
-        if not self.closing:
-            self._work()
-
-    def _notice_other_processes(self) -> None:
+    def _notice_other_processes(self, then_work: bool = False) -> None:
         """Another process (``acpctl sessions cancel|close``) can only change the store; the
-        owner sees it here, once a sweep interval, and acts on the agent."""
+        owner sees it here, once a sweep interval, and acts on the agent. ``then_work``:
+        told at once by another node (``Noticed``), it also looks for new commands."""
         if self.closing:
             return
         state = self.store.get_session(self.session_id).state
@@ -395,6 +382,8 @@ class SessionActor(pykka.ThreadingActor):
             self.stop()
         elif state is SessionState.CANCELLING and self.turn is not None and self.conn is not None:
             self.deps.loop.submit(self.conn.cancel())
+        if then_work and not self.closing:
+            self._work()
 
     # -- helpers -------------------------------------------------------------------------
 

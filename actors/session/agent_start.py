@@ -24,6 +24,7 @@ from protocol.agent.permissions import PermissionBroker
 from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
 from store import SessionRecord
+from store.ownership import this_owner
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def start_agent(
     info = init.agent_info
     details: dict[str, Any] = {
         "pid": conn.pid,
+        "node": this_owner(),  # which control-plane process runs it (a fleet has several)
         "acpSessionId": opened.acp_session_id,
         "agentInfo": None if info is None else info.model_dump(by_alias=True, exclude_none=True),
     }
