@@ -98,8 +98,11 @@ def test_a_node_killed_mid_turn_loses_its_sessions_to_the_others_and_nothing_run
         fleet.start(name)
     work = fleet.work
     with client(fleet) as cp:
+        # 15 s turns: all six must be running at once, after six agent starts on 2 cores.
         spawned = [
-            cp.spawn(example_agent(work), work, LONG_TURN, idempotency_key=f"s{i}")
+            cp.spawn(
+                example_agent(work), work, "#chunks=150 #delay=100 long", idempotency_key=f"s{i}"
+            )
             for i in range(6)
         ]
         commands = {s.session.id: s.command.id for s in spawned if s.command is not None}
