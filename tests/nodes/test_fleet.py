@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +56,18 @@ def _events_are_whole(db: str, session_id: str) -> None:
     assert seqs == list(range(1, len(seqs) + 1)), seqs
     ((last,),) = query(db, "SELECT last_event_seq FROM sessions WHERE id = ?", (session_id,))
     assert last == len(seqs)
+
+
+def _long_turn_running(cp: ControlPlane, work: Path, chunks: int) -> tuple[str, str]:
+    """A new session whose first turn (``chunks`` tenths of a second) a node is running:
+    (session id, command id)."""
+    spawned = cp.spawn(
+        example_agent(work), work, f"#chunks={chunks} #delay=100 long", idempotency_key="k"
+    )
+    assert spawned.command is not None
+    command_id = spawned.command.id
+    eventually(lambda: _running(cp, command_id), 60, "the long turn running")
+    return spawned.session.id, command_id
 
 
 def _moved_on(cp: ControlPlane, session_id: str, command_id: str, takers: set[str]) -> bool:
@@ -151,12 +164,7 @@ def test_a_node_stopped_past_its_lease_writes_nothing_and_stops_its_agents(
     first = fleet.start("a")
     work = fleet.work
     with client(fleet) as cp:
-        spawned = cp.spawn(
-            example_agent(work), work, "#chunks=150 #delay=100 long", idempotency_key="k"
-        )
-        assert spawned.command is not None
-        sid, command_id = spawned.session.id, spawned.command.id
-        eventually(lambda: _running(cp, command_id), 60, "the turn running on a")
+        sid, command_id = _long_turn_running(cp, work, chunks=150)
         assert cp.get(sid).owner == first.owner
         marker = _agent_marker(fleet.db, sid)
         assert live_pids("environ", marker + b"\0"), "a's agent runs"
@@ -285,12 +293,7 @@ def test_a_node_cut_off_from_the_database_stops_its_agents_and_comes_back_fenced
         )
         work = fleet.work
         with client(fleet) as cp:
-            spawned = cp.spawn(
-                example_agent(work), work, "#chunks=200 #delay=100 long", idempotency_key="k"
-            )
-            assert spawned.command is not None
-            sid, command_id = spawned.session.id, spawned.command.id
-            eventually(lambda: _running(cp, command_id), 60, "running on a")
+            sid, command_id = _long_turn_running(cp, work, chunks=200)
             marker = _agent_marker(fleet.db, sid)
             other = fleet.start("b")
             proxy.cut()
