@@ -32,6 +32,8 @@ class AgentProfile:
     fs: bool = True
     # Offer terminal/*; None follows the process-wide setting.
     terminals: bool | None = None
+    # Sessions one process of this agent may hold; None follows the process-wide setting.
+    sessions_per_process: int | None = None
 
 
 class AgentProfiles:

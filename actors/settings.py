@@ -86,3 +86,13 @@ class RuntimeSettings:
     # Live agent processes in this control plane; beyond it the least recently used idle
     # sessions are passivated early. None: no cap (passivate_after_s alone).
     max_live_agents: int | None = 64
+    # Sessions one agent process may hold at once (ACP allows several per connection); an
+    # agent's own ``sessions_per_process`` wins. 1: a process per session, the default
+    # where isolation matters more than start-up cost (actors/agent_pool.py, docs).
+    sessions_per_agent: int = 1
+    # How long a shared agent process without sessions waits for the next one.
+    shared_agent_idle_s: float = 60.0
+
+    def sessions_per_process(self, agent_name: str) -> int:
+        own = self.agent_profiles.get(agent_name).sessions_per_process
+        return max(1, self.sessions_per_agent if own is None else own)

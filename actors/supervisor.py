@@ -24,10 +24,13 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import pykka
 
 from actors import telemetry
+from actors.agent_pool import AgentPool
 from actors.live_agents import LiveAgents
 from actors.node_lease import NodeLease
 from actors.session.actor import SessionActor
@@ -76,6 +79,7 @@ class Supervisor:
             self.notify,
             self.cancel_turn,
             live_agents=self.live_agents,
+            agent_pool=AgentPool(settings.shared_agent_idle_s),
         )
         self._stopping = self._deps.stopping
         self._sweeper = threading.Thread(target=self._sweep, name="supervisor-sweep", daemon=True)
@@ -117,6 +121,9 @@ class Supervisor:
         if self._sweeper.is_alive():
             self._sweeper.join(timeout)
         self._stop_actors(timeout)
+        # Shared agent processes the actors left (waiting for a next session): the
+        # control plane stops, and its agents die with it.
+        self._close_pool(self._deps.agent_pool.close())
         if self._listener is not None:
             self._listener.stop()
         if self._started:
@@ -130,6 +137,13 @@ class Supervisor:
             "node %s: %s; stopping all %d sessions here", self.me, reason, len(self.live_sessions())
         )
         self._stop_actors(STOP_BOUND_S)
+        self._close_pool(self._deps.agent_pool.stop_idle())
+
+    def _close_pool(self, ending: Coroutine[Any, Any, None]) -> None:
+        try:
+            self.loop.call(ending, STOP_BOUND_S)
+        except Exception:  # the loop is gone: the reaper ends what is left with the process
+            log.exception("stopping shared agent processes failed")
 
     def _stop_actors(self, timeout: float) -> None:
         """Stop every actor at once (each ends its agent), then wait for all. Each one's

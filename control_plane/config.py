@@ -95,6 +95,10 @@ class Limits(_Strict):
     # An agent's stderr log is cut to its last part when it grows past this (one older
     # part is kept beside it as ``.1``).
     agent_log_max_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024, le=1024**4)
+    # Sessions one agent process may hold (ACP allows several per connection); 1 gives each
+    # session its own process. ``acpctl batch --sessions-per-agent`` and an agent's own
+    # ``sessions_per_process`` override it (docs/operations.md, "Shared agent processes").
+    sessions_per_agent: int = Field(1, ge=1, le=1024)
 
 
 class Timeouts(_Strict):
@@ -107,6 +111,8 @@ class Timeouts(_Strict):
     # How long a batch keeps going while the store refuses every write (disk full, a lock
     # held elsewhere) before it exits 1; the rerun finishes the work.
     store_fault_s: float = Field(60.0, gt=0)
+    # How long a shared agent process with no sessions left waits for the next one.
+    shared_agent_idle_s: float = Field(60.0, ge=0)
 
 
 class BudgetConfig(_Strict):
@@ -180,6 +186,8 @@ class AgentConfig(_Strict):
     fs: bool = True
     # Offer terminal/* to this agent; unset follows the top-level ``terminals``.
     terminals: bool | None = None
+    # Sessions one process of this agent may hold; unset follows limits.sessions_per_agent.
+    sessions_per_process: int | None = Field(default=None, ge=1, le=1024)
 
     @field_validator("command")
     @classmethod
@@ -284,6 +292,8 @@ class Config(_Strict):
             "node_labels": tuple(self.node.labels),
             "lease_s": self.node.lease_s,
             "agent_log_max_bytes": self.limits.agent_log_max_bytes,
+            "sessions_per_agent": self.limits.sessions_per_agent,
+            "shared_agent_idle_s": self.timeouts.shared_agent_idle_s,
             "log_dir": str(self.db_path.parent / "agent-logs"),
             "budgets": BudgetDefaults(
                 session=None if session is None else session.budget(),
@@ -307,6 +317,7 @@ class Config(_Strict):
                     passthrough=tuple(agent.passthrough),
                     fs=agent.fs,
                     terminals=agent.terminals,
+                    sessions_per_process=agent.sessions_per_process,
                 )
                 for name, agent in self.agents.items()
             }

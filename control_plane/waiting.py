@@ -1,7 +1,9 @@
 """Blocking waits on store commits: a command reaching a final state, new events of a session.
 
-Woken by the store's after-commit notifications (no polling loop on the hot path); each
-wait re-reads the store, so a missed wake-up only costs the fallback interval.
+Told by the commit itself, with no re-read per commit: a command's waiter gets the finished
+record from the commit that finishes it (store/command_waits.py); an events follower is woken
+only by commits of its own session (the session feed) and then reads what is new. What another
+process or node commits is not told here, so both also re-read at ``FALLBACK_S``.
 """
 
 from __future__ import annotations
@@ -9,73 +11,72 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from state_machines import COMMAND_MACHINE
 from state_machines.event_kinds import EventKind
-from store import CommandRecord, EventRecord, Store
+from store import CommandRecord, EventRecord, SessionCommit, Store
 
+# How often a waiter looks at the store itself, for commits of other processes or nodes.
 FALLBACK_S = 0.5
 
 
 class Waiters:
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._cond = threading.Condition()
-        self._generation = 0
-        self._unsubscribe = [
-            store.subscribe(self._wake),
-            store.subscribe_commands(self._wake),
-        ]
+        self._closed = threading.Event()
 
     def close(self) -> None:
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        self._wake(set())
-
-    def _wake(self, _: set[str]) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
-
-    def _wait_change(self, seen: int, deadline: float | None) -> int:
-        with self._cond:
-            if self._generation == seen:
-                remaining = FALLBACK_S if deadline is None else deadline - time.monotonic()
-                self._cond.wait(max(0.0, min(FALLBACK_S, remaining)))
-            return self._generation
+        self._closed.set()
 
     def command(self, command_id: str, timeout: float | None) -> CommandRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
-        seen = self._generation
-        while True:
-            command = self._store.get_command(command_id)
-            if command.state in COMMAND_MACHINE.final:
-                return command
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"command {command_id} is still {command.state.value} after {timeout}s"
-                )
-            seen = self._wait_change(seen, deadline)
+        finished = self._store.expect_command(command_id)
+        try:
+            command = self._store.get_command(command_id)  # after registering: no gap
+            while command.state not in COMMAND_MACHINE.final:
+                left = FALLBACK_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"command {command_id} is still {command.state.value} after {timeout}s"
+                    )
+                try:
+                    return finished.result(min(FALLBACK_S, left))
+                except FutureTimeout:
+                    command = self._store.get_command(command_id)
+            return command
+        finally:
+            self._store.forget_command(command_id, finished)
 
     def events(
         self, session_id: str, after_seq: int, timeout: float | None
     ) -> Iterator[EventRecord]:
         """Yield events after ``after_seq`` as they commit; ends after ``closed`` or when no
         event arrived for ``timeout`` seconds."""
-        last = after_seq
-        seen = self._generation
-        idle_since = time.monotonic()
-        while True:
-            batch = self._store.events(session_id, last, 500)
-            for event in batch:
-                last = event.seq
-                yield event
-                if event.kind == EventKind.CLOSED:
+        committed = threading.Event()
+
+        def on_commit(_: SessionCommit) -> None:  # the writer thread: only a flag
+            committed.set()
+
+        unwatch = self._store.watch_session(session_id, on_commit)
+        try:
+            last = after_seq
+            idle_since = time.monotonic()
+            while not self._closed.is_set():
+                committed.clear()  # before the read: a commit after it sets it again
+                batch = self._store.events(session_id, last, 500)
+                for event in batch:
+                    last = event.seq
+                    yield event
+                    if event.kind == EventKind.CLOSED:
+                        return
+                if batch:
+                    idle_since = time.monotonic()
+                    continue
+                deadline = None if timeout is None else idle_since + timeout
+                left = FALLBACK_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
                     return
-            if batch:
-                idle_since = time.monotonic()
-                continue
-            deadline = None if timeout is None else idle_since + timeout
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            seen = self._wait_change(seen, deadline)
+                committed.wait(min(FALLBACK_S, left))
+        finally:
+            unwatch()

@@ -160,3 +160,24 @@ def event_record(
     created_at: float,
 ) -> EventRecord:
     return EventRecord(event_id, session_id, seq, command_id, kind, raw, utc(created_at))
+
+
+# A turn's usage added to the session's row (``store/ops/budgets.py``; once per turn end).
+# ``ON CONFLICT ... DO UPDATE`` is spelled the same on SQLite and PostgreSQL; only the
+# scalar "larger of two" differs (``max`` / ``greatest``), hence two texts.
+_USAGE_UPSERT = (
+    "INSERT INTO session_usage (session_id, input_tokens, output_tokens, total_tokens, "
+    "cost_usd, priced_usd, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET "
+    "input_tokens = session_usage.input_tokens + excluded.input_tokens, "
+    "output_tokens = session_usage.output_tokens + excluded.output_tokens, "
+    "total_tokens = session_usage.total_tokens + excluded.total_tokens, "
+    "priced_usd = session_usage.priced_usd + excluded.priced_usd, "
+    "updated_at = excluded.updated_at"
+)
+USAGE_ADD = _USAGE_UPSERT
+USAGE_ADD_COST = {
+    "sqlite": _USAGE_UPSERT + ", cost_usd = max(excluded.cost_usd, session_usage.cost_usd)",
+    "postgresql": _USAGE_UPSERT
+    + ", cost_usd = greatest(excluded.cost_usd, session_usage.cost_usd)",
+}

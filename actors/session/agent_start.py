@@ -50,11 +50,15 @@ def start_agent(
 ) -> StartedAgent:
     """The started agent; ``AgentStartFailed``, ``AgentProtocolError`` or ``TimeoutError``
     with the process already ended."""
-    leftovers = kill_leftovers(session.id, session.agent_process)
     settings = deps.settings
+    share = settings.sessions_per_process(session.agent.name)
+    pool = deps.agent_pool
+    # A process this session shares with others that still runs is no leftover.
+    tree = session.agent_process
+    leftovers = 0 if pool.owns(tree) else kill_leftovers(session.id, tree)
     launch = launch_for(session, settings)
     prestarted = None
-    if settings.prestarted is not None:
+    if settings.prestarted is not None and share == 1:
         prestarted = settings.prestarted.take(launch.command, launch.cwd, launch.env)
     conn = AgentConnection(
         launch,
@@ -63,6 +67,8 @@ def start_agent(
         on_exit=on_exit,
         fs_forward=settings.fs_forward,
         prestarted=prestarted,
+        hosts=pool,
+        sessions_per_process=share,
     )
     loop = deps.loop
     mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)

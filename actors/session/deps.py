@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from actors.agent_pool import AgentPool
 from actors.live_agents import LiveAgents
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
@@ -33,3 +34,5 @@ class ActorDeps:
     # shutdown, and when this node lost its lease (the supervisor's fence), so an actor
     # waiting for an unreachable store gets to its stop, which ends its agent.
     halts: dict[str, threading.Event] = field(default_factory=dict)
+    # Agent processes shared by several sessions (agents configured for it).
+    agent_pool: AgentPool = field(default_factory=AgentPool)

@@ -62,6 +62,23 @@ def serving_metrics(
         server.close()
 
 
+# A batch's tasks are independent prompts to one agent, each in a session that ends with its
+# turn: they share agent processes (each start costs 1-2 s of CPU and 110-335 MB for a real
+# agent), a few sessions per process. A task whose shared agent dies fails on its own and is
+# run again by ``--retry-failed``. Interactive sessions keep a process each (config
+# ``limits.sessions_per_agent``), where one session's crash must not end another's turn.
+BATCH_SESSIONS_PER_AGENT = 8
+
+
+def _sessions_per_agent(flag: int | None, config: Config) -> int:
+    """The flag, else the configuration when it sets it, else the batch default."""
+    if flag is not None:
+        return flag
+    if "sessions_per_agent" in config.limits.model_fields_set:
+        return config.limits.sessions_per_agent
+    return BATCH_SESSIONS_PER_AGENT
+
+
 def _progress_line(counts: Counts, total: int) -> str:
     return (
         f"done {counts.done}  running {counts.running}  failed {counts.failed}  "
@@ -82,6 +99,7 @@ def run_batch(
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
     metrics: str | None = None,
+    sessions_per_agent: int | None = None,
 ) -> int:
     from control_plane.batch.tasks import read_tasks
     from control_plane.metrics import parse_address
@@ -117,7 +135,12 @@ def run_batch(
         ),
     )
     with (
-        opened(ctx, run_sessions=True, max_running_turns=jobs) as cp,
+        opened(
+            ctx,
+            run_sessions=True,
+            max_running_turns=jobs,
+            sessions_per_agent=_sessions_per_agent(sessions_per_agent, config),
+        ) as cp,
         serving_metrics(cp, metrics_at, quiet=json_out),
     ):
         batch = BatchRun(cp, tasks, options)
@@ -235,6 +258,16 @@ def batch_command(
         str | None,
         typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
     ] = None,
+    sessions_per_agent: Annotated[
+        int | None,
+        typer.Option(
+            "--sessions-per-agent",
+            min=1,
+            max=1024,
+            help=f"Tasks one agent process may run at once (default {BATCH_SESSIONS_PER_AGENT}"
+            ", or limits.sessions_per_agent when configured; 1: a process per task).",
+        ),
+    ] = None,
 ) -> None:
     """Run many prompts durably. Kill it at any moment and run the same command again: it
     resumes, never runs a completed task twice, and the results file lists every task once.
@@ -255,6 +288,7 @@ def batch_command(
             budget_tokens,
             budget_cost,
             metrics,
+            sessions_per_agent,
         )
     raise typer.Exit(code)
 

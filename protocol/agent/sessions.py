@@ -20,7 +20,6 @@ from acp.schema import (
 from acp.utils import serialize_params
 from pydantic import BaseModel
 
-from protocol.agent.tap import RawTap
 from protocol.agent.types import (
     AgentLaunch,
     Recorder,
@@ -34,11 +33,21 @@ T = TypeVar("T")
 
 class SessionRequests:
     launch: AgentLaunch
-    acp_session_id: str | None
     _recorder: Recorder
-    _tap: RawTap
 
     # Provided by AgentConnection.
+    @property
+    def acp_session_id(self) -> str | None:
+        raise NotImplementedError
+
+    @acp_session_id.setter
+    def acp_session_id(self, value: str | None) -> None:
+        raise NotImplementedError
+
+    def _replaying(self, on: bool) -> None:
+        """While a session/load replays: its updates are not recorded (the log has them)."""
+        raise NotImplementedError
+
     def _require_conn(self) -> ClientSideConnection:
         raise NotImplementedError
 
@@ -106,7 +115,10 @@ class SessionRequests:
                 self.acp_session_id = acp_session_id
                 return SessionOpened(acp_session_id, "resumed", response)
             if caps.load_session:
-                self._tap.replaying = True
+                # Bound before the request: the replay's frames name this id, and must be
+                # recognised (and dropped) as the replay, not held for a session to come.
+                self.acp_session_id = acp_session_id
+                self._replaying(True)
                 try:
                     response = await self._session_request(
                         AGENT_METHODS["session_load"],
@@ -118,8 +130,7 @@ class SessionRequests:
                         ),
                     )
                 finally:
-                    self._tap.replaying = False
-                self.acp_session_id = acp_session_id
+                    self._replaying(False)
                 return SessionOpened(acp_session_id, "loaded", response)
         except AgentProtocolError as exc:
             if exc.agent_error is None:

@@ -29,9 +29,6 @@ class RawTap:
         self._recorder = recorder
         self._max_frame_bytes = max_frame_bytes
         self._on_bad_frame = on_bad_frame
-        # While a session/load replays the agent's history: its updates are not recorded
-        # (the store has them already).
-        self.replaying = False
         self._pending = bytearray()  # the partial line
         # session/update frames of the read being tapped, handed over at its end
         self._read_updates: list[tuple[str, dict[str, Any]]] = []
@@ -145,6 +142,5 @@ class RawTap:
             and "id" not in frame
         ):
             return False
-        if not self.replaying:
-            self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
+        self._read_updates.append((line.decode("utf-8", errors="replace"), frame))
         return True

@@ -21,7 +21,6 @@ from state_machines import SessionState
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
 from store import queries, telemetry
-from store.dialect_sql import greatest, upsert
 from store.ops.commands import cancel_queued, refuse_if_stopped
 from store.ops.events import append_events
 from store.records import NewEvent
@@ -71,29 +70,21 @@ def _add(
     ctx: WriteContext, session_id: str, usage: Usage, cost: float | None, priced: float = 0.0
 ) -> None:
     """Add ``usage`` (and ``priced``, its cost by the price table) to the session's row;
-    ``cost`` (cumulative, as agents report it) replaces the stored cost when higher."""
-    now = time.time()
-    values: dict[str, Any] = {
-        "session_id": session_id,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "cost_usd": cost if cost is not None else 0.0,
-        "priced_usd": priced,
-        "updated_at": now,
-    }
-    table = session_usage.c
-    statement = upsert(ctx.conn, session_usage).values(**values)
-    set_: dict[str, Any] = {
-        "input_tokens": table.input_tokens + usage.input_tokens,
-        "output_tokens": table.output_tokens + usage.output_tokens,
-        "total_tokens": table.total_tokens + usage.total_tokens,
-        "priced_usd": table.priced_usd + priced,
-        "updated_at": now,
-    }
-    if cost is not None:
-        set_["cost_usd"] = greatest(ctx.conn, statement.excluded.cost_usd, table.cost_usd)
-    ctx.conn.execute(statement.on_conflict_do_update(index_elements=["session_id"], set_=set_))
+    ``cost`` (cumulative, as agents report it) replaces the stored cost when higher. Fixed
+    SQL (store/hot_sql.py): this runs at every turn's end that reports tokens."""
+    sql = hot.USAGE_ADD if cost is None else hot.USAGE_ADD_COST[ctx.conn.dialect.name]
+    ctx.raw.execute(
+        sql,
+        (
+            session_id,
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.total_tokens,
+            0.0 if cost is None else cost,
+            priced,
+            time.time(),
+        ),
+    )
 
 
 def budgets_of(ctx: WriteContext, session_id: str, defaults: BudgetDefaults) -> list[ScopedBudget]:
