@@ -14,10 +14,16 @@ import pytest
 from control_plane import ControlPlane
 from state_machines import CommandState
 from state_machines.event_kinds import EventKind
+from store import SpawnResult
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def _cmd(spawned: SpawnResult) -> str:
+    assert spawned.command is not None
+    return spawned.command.id
 
 
 def _pids(cp: ControlPlane, session_id: str) -> list[int]:
@@ -61,7 +67,7 @@ def test_sessions_share_processes_up_to_capacity_and_keep_their_own_updates(
         # Started together: five sessions on two processes (3 + 2), turns overlapping.
         spawned = [cp.spawn(agent, str(tmp_path), f"#delay=20 token-{i}-first") for i in range(5)]
         for s in spawned:
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         pids = {pid for s in spawned for pid in _pids(cp, s.session.id)}
         assert len(pids) == 2
         # A second round at once: each session still hears only its own agent replies.
@@ -85,7 +91,7 @@ def test_a_shared_process_that_dies_is_each_sessions_own_failure(tmp_path: Path)
         b = cp.spawn(agent, str(tmp_path), "hello b")
         c = cp.spawn(agent, str(tmp_path), "hello c")
         for s in (a, b, c):
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         (pid,) = {p for s in (a, b, c) for p in _pids(cp, s.session.id)}
         # b's turn is running when a's prompt crashes the process they share.
         long_turn = cp.prompt(b.session.id, "#chunks=200 #delay=50 slow")
@@ -116,7 +122,7 @@ def test_a_session_leaving_keeps_the_process_for_the_others_and_the_last_one_end
         a = cp.spawn(agent, str(tmp_path), "hello a")
         b = cp.spawn(agent, str(tmp_path), "hello b")
         for s in (a, b):
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         (pid,) = {p for s in (a, b) for p in _pids(cp, s.session.id)}
         cp.close_session(a.session.id)
         assert _alive(pid)
@@ -125,7 +131,7 @@ def test_a_session_leaving_keeps_the_process_for_the_others_and_the_last_one_end
         assert _pids(cp, b.session.id) == [pid]  # no second start, no leftover kill
         # A new session joins the live process (no start of its own).
         c = cp.spawn(agent, str(tmp_path), "hello c")
-        assert cp.wait(c.command.id, 60).state is CommandState.COMPLETED
+        assert cp.wait(_cmd(c), 60).state is CommandState.COMPLETED
         assert _pids(cp, c.session.id) == [pid]
         cp.close_session(b.session.id)
         cp.close_session(c.session.id)
@@ -138,7 +144,7 @@ def test_closing_the_control_plane_ends_shared_processes_at_once(tmp_path: Path)
     cp = open_cp(tmp_path, sessions_per_agent=4, shared_agent_idle_s=3600)
     try:
         a = cp.spawn(agent, str(tmp_path), "hello a")
-        assert cp.wait(a.command.id, 60).state is CommandState.COMPLETED
+        assert cp.wait(_cmd(a), 60).state is CommandState.COMPLETED
         (pid,) = _pids(cp, a.session.id)
         cp.close_session(a.session.id)  # the process waits an hour for a next session ...
         assert _alive(pid)
@@ -153,7 +159,7 @@ def test_a_hung_turn_leaves_the_shared_process_to_the_others(tmp_path: Path) -> 
         a = cp.spawn(agent, str(tmp_path), "hello a")
         b = cp.spawn(agent, str(tmp_path), "hello b")
         for s in (a, b):
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         (pid,) = {p for s in (a, b) for p in _pids(cp, s.session.id)}
         hung = cp.prompt(a.session.id, "#hang-hard")  # ignores its cancel
         # b's turn runs beside it on the same process.
@@ -180,7 +186,7 @@ def test_sessions_come_back_to_shared_processes_after_a_restart_without_replays_
     with open_cp(tmp_path, db, sessions_per_agent=4) as cp:
         spawned = [cp.spawn(agent, str(tmp_path), f"first {i}") for i in range(3)]
         for s in spawned:
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         before = {s.session.id: len(_messages(cp, s.session.id)) for s in spawned}
     with open_cp(tmp_path, db, sessions_per_agent=4) as cp:
         commands = [cp.prompt(s.session.id, f"second {i}") for i, s in enumerate(spawned)]
@@ -216,5 +222,5 @@ def test_sessions_starting_at_once_share_the_process_being_started(tmp_path: Pat
         for t in threads:
             t.join()
         for s in results:
-            assert cp.wait(s.command.id, 60).state is CommandState.COMPLETED
+            assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         assert len({p for s in results for p in _pids(cp, s.session.id)}) == 1
