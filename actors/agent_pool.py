@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from protocol.agent.host import AgentHost
@@ -57,20 +58,26 @@ class AgentPool:
         self._draining: set[int] = set()  # id() of hosts that take no new session
         self.started = 0  # processes started over the pool's life (a benchmark counts them)
 
-    async def acquire(self, launch: AgentLaunch, capacity: int) -> AgentHost:
+    async def acquire(
+        self, launch: AgentLaunch, capacity: int, attach: Callable[[AgentHost], None]
+    ) -> AgentHost:
         """A started process for one more session (``AgentStartFailed`` when it cannot
-        start)."""
+        start). ``attach`` joins the session to the process before it is used, and before a
+        new one starts: what the agent says while starting (its exit, its stderr tail) is
+        in the log of the session that started it."""
         key = launch_key(launch)
         while True:
             host = self._with_room(key)
             if host is not None:
                 self._take(host)
+                attach(host)
                 return host
             pending = self._starting.get(key)
             if pending is None:
                 break
             await asyncio.shield(pending)  # another session is starting one: share it
         host = AgentHost(launch, shared=True)
+        attach(host)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[key] = done
         try:

@@ -219,6 +219,30 @@ class Supervisor:
             return False
         return True
 
+    def close_many(self, session_ids: list[str], reason: str) -> set[str]:
+        """``close`` for several sessions at once: their live actors are asked together and
+        waited for together. Returns the sessions an actor closed. The first error an actor
+        raised (the store refusing the write) is raised after all have answered."""
+        asked: list[tuple[str, Any]] = []
+        for sid in session_ids:
+            ref = self._live(sid)
+            if ref is not None:
+                with contextlib.suppress(pykka.ActorDeadError):
+                    asked.append((sid, ref.ask(CloseSession(reason), block=False)))
+        closed: set[str] = set()
+        error: BaseException | None = None
+        for sid, future in asked:
+            try:
+                future.get(timeout=120)
+                closed.add(sid)
+            except pykka.ActorDeadError:
+                pass  # stopped meanwhile: closed in the store by the caller
+            except Exception as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return closed
+
     def live_sessions(self) -> list[str]:
         with self._lock:
             return [sid for sid, ref in self._actors.items() if ref.is_alive()]

@@ -49,9 +49,11 @@ import os
 import resource
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -217,11 +219,39 @@ async def run_turn(side: Side, text: str, chunks: int) -> float:
     return elapsed
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def commits_so_far(port: int) -> float | None:
+    """Group commits serve's store writer has made (its Prometheus metrics: the count of
+    ``acpctl_store_commit_seconds``), None when they cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("acpctl_store_commit_seconds_count"):
+            return float(line.split()[-1])
+    return None
+
+
 async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
     text = f"#chunks={chunks}"
     env = child_env(workdir)
     backend = shlex.join(example_agent_argv(os.path.join(workdir, "serve-agent-state.json")))
-    serve_argv = acpctl_argv(os.path.join(workdir, "serve.db"), "serve", "--agent", backend)
+    metrics_port = free_port()
+    serve_argv = acpctl_argv(
+        os.path.join(workdir, "serve.db"),
+        "serve",
+        "--agent",
+        backend,
+        "--metrics",
+        f"127.0.0.1:{metrics_port}",
+    )
     direct_argv = example_agent_argv(os.path.join(workdir, "direct-agent-state.json"))
     async with AsyncExitStack() as stack:
         progress("starting acpctl serve and the direct agent (~1.5-3 s each)")
@@ -243,6 +273,7 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                 if i == 0:
                     first_turn_ms[side.name] = elapsed
         cpu_before = cpu_snapshot(sides)
+        commits_before = await asyncio.to_thread(commits_so_far, metrics_port)
         for r in range(turns):
             order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
@@ -253,6 +284,12 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                     + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
                 )
         cpu_after = cpu_snapshot(sides)
+        commits_after = await asyncio.to_thread(commits_so_far, metrics_port)
+        commits_per_turn = (
+            None
+            if commits_before is None or commits_after is None
+            else (commits_after - commits_before) / turns
+        )
         cpu_ms_per_turn = {
             name: (after - before) * 1000.0 / turns
             for name, after in cpu_after.items()
@@ -263,6 +300,7 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
             "ready_s": {SERVE: serve_ready, DIRECT: direct_ready},
             "first_warmup_turn_ms": first_turn_ms,
             "cpu_ms_per_turn": cpu_ms_per_turn,
+            "commits_per_turn": commits_per_turn,
         }
 
 
@@ -341,6 +379,7 @@ def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
         "ready_s": raw["ready_s"],
         "first_warmup_turn_ms": raw["first_warmup_turn_ms"],
         "cpu_ms_per_turn": raw["cpu_ms_per_turn"],
+        "commits_per_turn": raw["commits_per_turn"],
         "sides": turn_sides(raw["sides"], LABELS, DIRECT),
     }
     ratio = out["sides"][SERVE]["ratio_of_medians"]
@@ -511,6 +550,12 @@ def print_report(report: dict[str, Any]) -> None:
             f"acpctl serve {cpu.get(SERVE, float('nan')):.1f} ms + its backend agent "
             f"{cpu.get(SERVE + '_backend', float('nan')):.1f} ms; "
             f"direct agent {cpu.get(DIRECT, float('nan')):.1f} ms"
+        )
+    commits = turns.get("commits_per_turn")
+    if commits is not None:
+        print(
+            f"store commits per timed turn (counted: serve's acpctl_store_commit_seconds_count): "
+            f"{commits:.2f}"
         )
     target = turns["target"]
     verdict = "MET" if target["met"] else "NOT MET"

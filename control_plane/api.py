@@ -28,7 +28,7 @@ from control_plane.services import FrontEndServices
 from control_plane.subagents.server import SubagentBridge
 from control_plane.waiting import Waiters
 from protocol.loop import ProtocolLoop
-from state_machines import COMMAND_MACHINE, TURN_STATES, QueueMode, SessionState
+from state_machines import COMMAND_MACHINE, QueueMode, SessionState
 from store import (
     AgentSpec,
     BindingRecord,
@@ -301,12 +301,11 @@ class ControlPlane(FrontEndServices):
     def cancel(self, session_id: str, *, include_queued: bool = False) -> SessionState:
         """Cancel the running turn (its command ends ``cancelled``); with ``include_queued``
         also every queued command. Running descendants are cancelled too. Idempotent."""
-        state = self._store.cancel(session_id, include_queued)
-        self._supervisor.cancel_turn(session_id)
-        for child_id in self.descendants(session_id):
-            if self._store.get_session(child_id).state in TURN_STATES:
-                self._store.cancel(child_id)
-                self._supervisor.cancel_turn(child_id)
+        state, children = self._store.write(
+            lambda ctx: ops.cancel_tree(ctx, session_id, include_queued)
+        )
+        for sid in (session_id, *children):
+            self._supervisor.cancel_turn(sid)
         return state
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
@@ -315,9 +314,17 @@ class ControlPlane(FrontEndServices):
         crash in between is finished by recovery, which closes orphans)."""
         descendants = self.descendants(session_id)
         self._close_one(session_id, reason)
-        for child_id in descendants:
-            if self._store.get_session(child_id).state is not SessionState.CLOSED:
-                self._close_one(child_id, "parent session closed")
+        if descendants:
+            # The live ones all at once (each actor stops its agent, then closes its row),
+            # the rest in one transaction: not one 120 s ask after another.
+            by_actor = self._supervisor.close_many(descendants, "parent session closed")
+            rest = [sid for sid in descendants if sid not in by_actor]
+            if rest:
+                self._store.write(
+                    lambda ctx: [
+                        ops.close_session(ctx, sid, "parent session closed") for sid in rest
+                    ]
+                )
         return self._store.get_session(session_id)
 
     def _close_one(self, session_id: str, reason: str) -> None:

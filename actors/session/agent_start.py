@@ -63,7 +63,7 @@ def start_agent(
     conn = AgentConnection(
         launch,
         recorder,
-        PermissionBroker(settings.permission_policy, settings.ask),
+        PermissionBroker(settings.permission_policy, settings.ask, session.id),
         on_exit=on_exit,
         fs_forward=settings.fs_forward,
         prestarted=prestarted,

@@ -87,12 +87,10 @@ class PermissionRouter:
     # -- the agent side (protocol loop) --------------------------------------------------------
 
     async def ask(
-        self, acp_session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
     ) -> str | None:
+        """``session_id``: the control-plane session (its broker knows it: no store read)."""
         assert self.loop is not None and self._cp is not None
-        session_id = await asyncio.to_thread(self._cp.session_for_acp, acp_session_id)
-        if session_id is None:
-            return None
         params = {
             "sessionId": session_id,
             "toolCall": tool_call.model_dump(mode="json", by_alias=True, exclude_none=True),

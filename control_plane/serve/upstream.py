@@ -11,9 +11,6 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from protocol.face.rpc_errors import to_request_error
-from state_machines import SessionNotFound
-
 if TYPE_CHECKING:
     from control_plane.serve.agent import ServeAgent
 
@@ -29,24 +26,16 @@ class UpstreamClient:
     def serves_files(self) -> bool:
         return self.agent is not None and self.agent.client_fs
 
-    def _cp_session(self, acp_session_id: str) -> str:
-        assert self.agent is not None
-        cp = self.agent.cp
-        found = cp.session_for_acp(acp_session_id)
-        if found is None:
-            raise to_request_error(SessionNotFound(acp_session_id))
-        return found
-
     async def _on_front(self, coro: Any) -> Any:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.front_loop))
 
     async def ask(
-        self, acp_session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
     ) -> str | None:
+        """``session_id``: the control-plane session (its broker knows it: no store read)."""
         client = None if self.agent is None else self.agent.client
         if client is None:
             return None  # nobody to ask: the broker answers cancelled
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
         response = await self._on_front(
             client.request_permission(session_id=session_id, tool_call=tool_call, options=options)
         )
@@ -54,10 +43,9 @@ class UpstreamClient:
         return getattr(outcome, "option_id", None)
 
     async def read_text_file(
-        self, acp_session_id: str, path: str, line: int | None, limit: int | None
+        self, session_id: str, path: str, line: int | None, limit: int | None
     ) -> str:
         assert self.agent is not None and self.agent.client is not None
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
         response = await self._on_front(
             self.agent.client.read_text_file(
                 session_id=session_id, path=path, line=line, limit=limit
@@ -65,9 +53,8 @@ class UpstreamClient:
         )
         return str(response.content)
 
-    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None:
+    async def write_text_file(self, session_id: str, path: str, content: str) -> None:
         assert self.agent is not None and self.agent.client is not None
-        session_id = await asyncio.to_thread(self._cp_session, acp_session_id)
         await self._on_front(
             self.agent.client.write_text_file(session_id=session_id, path=path, content=content)
         )

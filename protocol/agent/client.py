@@ -36,15 +36,16 @@ from protocol.agent.terminals import TerminalManager
 
 class FsForward(Protocol):
     """Where ``fs/*`` goes when an upstream client serves files (``acpctl serve`` with a
-    client that advertised the capability). Paths are confinement-checked first."""
+    client that advertised the capability). Paths are confinement-checked first. Called with
+    the control-plane session id (the session's broker knows it), else the agent's ACP id."""
 
     def serves_files(self) -> bool: ...
 
     async def read_text_file(
-        self, acp_session_id: str, path: str, line: int | None, limit: int | None
+        self, session_id: str, path: str, line: int | None, limit: int | None
     ) -> str: ...
 
-    async def write_text_file(self, acp_session_id: str, path: str, content: str) -> None: ...
+    async def write_text_file(self, session_id: str, path: str, content: str) -> None: ...
 
 
 # Workers for agents' file operations, shared by every session of the process.
@@ -115,7 +116,9 @@ class ControlPlaneClient:
     ) -> ReadTextFileResponse:
         if self.fs_forward is not None and self.fs_forward.serves_files():
             self.confinement.resolve(path)  # refused here even if the client would allow it
-            content = await self.fs_forward.read_text_file(session_id, path, line, limit)
+            content = await self.fs_forward.read_text_file(
+                self.permissions.session_id or session_id, path, line, limit
+            )
             return ReadTextFileResponse(content=content)
         max_bytes = self.fs_limits.max_bytes
         content = await self._off_loop(
@@ -128,7 +131,9 @@ class ControlPlaneClient:
     ) -> WriteTextFileResponse:
         if self.fs_forward is not None and self.fs_forward.serves_files():
             self.confinement.resolve(path)
-            await self.fs_forward.write_text_file(session_id, path, content)
+            await self.fs_forward.write_text_file(
+                self.permissions.session_id or session_id, path, content
+            )
             return WriteTextFileResponse()
         max_bytes = self.fs_limits.max_bytes
         await self._off_loop(path, lambda: self.confinement.write_text(path, content, max_bytes))

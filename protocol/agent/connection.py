@@ -49,7 +49,9 @@ LEAVE_TIMEOUT_S = 5.0
 class HostSource(Protocol):
     """Shared agent processes (``actors/agent_pool.py``)."""
 
-    async def acquire(self, launch: AgentLaunch, capacity: int) -> AgentHost: ...
+    async def acquire(
+        self, launch: AgentLaunch, capacity: int, attach: Callable[[AgentHost], None]
+    ) -> AgentHost: ...
 
     async def release(self, host: AgentHost, kill: bool = False) -> None: ...
 
@@ -68,7 +70,7 @@ class AgentConnection(SessionRequests):
     ) -> None:
         if prestarted is not None:  # its stderr went to the log it was started with
             launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
-        self.launch = launch
+        self._launch = launch
         self._recorder = recorder
         self.permissions = permissions
         self._on_exit = on_exit
@@ -92,6 +94,17 @@ class AgentConnection(SessionRequests):
         self._left = False
 
     # -- the process it is on ------------------------------------------------------------
+
+    @property
+    def launch(self) -> AgentLaunch:
+        return self._launch
+
+    @launch.setter
+    def launch(self, value: AgentLaunch) -> None:
+        """A new launch before the start (a process of its own is started with it)."""
+        self._launch = value
+        if self._hosts is None and self._host is not None and self._host.init is None:
+            self._host.launch = value
 
     @property
     def host(self) -> AgentHost:
@@ -146,6 +159,10 @@ class AgentConnection(SessionRequests):
     def _replaying(self, on: bool) -> None:
         self.host.router.replaying(self._recorder, on)
 
+    def _joined(self, host: AgentHost) -> None:
+        self._host = host
+        self._attach(host)
+
     def _attach(self, host: AgentHost) -> None:
         host.router.attach(self._recorder)
         host.client.attach(self.client)
@@ -173,9 +190,7 @@ class AgentConnection(SessionRequests):
         ``AgentStartFailed`` if it cannot be."""
         if self._hosts is None:
             return await self.host.start()
-        host = await self._hosts.acquire(self.launch, self._capacity)
-        self._host = host
-        self._attach(host)
+        host = await self._hosts.acquire(self.launch, self._capacity, self._joined)
         assert host.init is not None
         return host.init
 
@@ -250,7 +265,7 @@ class AgentConnection(SessionRequests):
                         {"timeoutS": timeout_s, "graceS": grace_s, "pid": self.pid},
                     )
                     await self.kill()
-                    if not turn.done():
+                    if self.shared and not turn.done() and self.host.alive:
                         # It left a shared process that others still use: nobody will
                         # answer this turn now.
                         turn.cancel()

@@ -25,7 +25,9 @@ class Decision(StrEnum):
     ASK = "ask"
 
 
-# The host's answer to an ``ask``: the option id chosen, or None for "cancelled".
+# The host's answer to an ``ask``: the option id chosen, or None for "cancelled". It is called
+# with the control-plane session id when the broker was given one (every session's broker is:
+# no host looks the agent's ACP id up in the store per request), else with the ACP id.
 AskCallback = Callable[[str, "ToolCallUpdate", list["PermissionOption"]], Awaitable[str | None]]
 
 
@@ -64,9 +66,15 @@ def cancelled() -> RequestPermissionResponse:
 class PermissionBroker:
     """Answers one connection's permission requests; lives on the protocol loop."""
 
-    def __init__(self, policy: PermissionPolicy, ask: AskCallback | None = None) -> None:
+    def __init__(
+        self,
+        policy: PermissionPolicy,
+        ask: AskCallback | None = None,
+        session_id: str | None = None,
+    ) -> None:
         self.policy = policy
         self._ask = ask
+        self.session_id = session_id  # the control-plane session this broker answers for
         self._pending: set[asyncio.Future[Any]] = set()
         self._cancelled = False
         self.answered: list[tuple[str, str]] = []  # (tool call id, outcome) for diagnostics
@@ -114,7 +122,8 @@ class PermissionBroker:
             option = _pick(options, ("reject_once", "reject_always"))
             return selected(option) if option else cancelled()
         assert self._ask is not None
-        future = asyncio.ensure_future(self._ask(session_id, tool_call, options))
+        asked_for = self.session_id or session_id
+        future = asyncio.ensure_future(self._ask(asked_for, tool_call, options))
         self._pending.add(future)
         try:
             choice = await future

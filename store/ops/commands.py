@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import select
 
 from state_machines import (
+    TURN_STATES,
     BudgetExceeded,
     CommandEvent,
     CommandState,
@@ -144,6 +145,21 @@ def cancel(ctx: WriteContext, session_id: str, include_queued: bool = False) -> 
         insert_events(ctx, session_id, None, [NewEvent(EventKind.CANCEL_REQUESTED, {})])
         notify_session(ctx, session_id)  # the owner, maybe on another node, stops the turn
     return state
+
+
+def cancel_tree(
+    ctx: WriteContext, session_id: str, include_queued: bool = False
+) -> tuple[SessionState, list[str]]:
+    """``cancel`` the session and every descendant whose turn runs, in one transaction (it
+    used to be one per session): the root's new state, and the descendants asked to stop
+    (their owners cancel the agents' turns)."""
+    state = cancel(ctx, session_id, include_queued)
+    asked = []
+    for child_id in queries.descendants(ctx.conn, session_id):
+        if queries.get_session(ctx.conn, child_id).state in TURN_STATES:
+            cancel(ctx, child_id)
+            asked.append(child_id)
+    return state, asked
 
 
 def cancel_queued(

@@ -69,6 +69,13 @@ def begin_next(
     return claimed
 
 
+def _stopped_by_budget(ctx: WriteContext, session_id: str) -> str | None:
+    """A turn cancelled because a budget stopped its session says so, as the queued prompts
+    that budget cancelled do (read only for a cancelled turn)."""
+    stopped = queries.session_usage(ctx.conn, session_id).stopped
+    return None if stopped is None else f"budget exceeded: {stopped.budget}"
+
+
 def _was_interrupted(command: CommandRecord) -> bool:
     """A prompt claimed before (each claim counts an attempt): a crash cut its run short and
     recovery queued it again."""
@@ -120,7 +127,8 @@ def finish_turn(
         if final is CommandState.COMPLETED:
             commands.complete(ctx, command_id, outcome)
         elif final is CommandState.CANCELLED:
-            commands.cancel_command(ctx, command_id, error or "cancelled", result=outcome)
+            why = _stopped_by_budget(ctx, session_id) or error or "cancelled"
+            commands.cancel_command(ctx, command_id, why, result=outcome)
         else:
             commands.fail(ctx, command_id, error or "failed", result=outcome)
     transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
