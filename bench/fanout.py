@@ -243,13 +243,14 @@ def per_child_metrics(
     return metrics, missing
 
 
-def run_cap(workdir: Path, cap: int, children: int) -> CapRun:
+def run_cap(workdir: Path, cap: int, children: int, share: int = 1) -> CapRun:
     tmp = Path(tempfile.mkdtemp(prefix=f"cap{cap}-", dir=workdir))
     settings = replace(
         RuntimeSettings(),
         permission_policy=PermissionPolicy(Decision.ALLOW),
         max_running_children=cap,
         max_running_turns=cap + 1,
+        sessions_per_agent=share,
         subagent_limits=replace(SubagentLimits(), max_children=max(children, 50)),
         log_dir=str(tmp / "agent-logs"),
     )
@@ -280,7 +281,8 @@ def run_cap(workdir: Path, cap: int, children: int) -> CapRun:
         for i in range(children):
             before = time.perf_counter()
             spawned = cp.spawn(
-                agent_spec(tmp, f"child-{i}"),
+                # Sharing agent processes: one command (one state file) for all children.
+                agent_spec(tmp, "children" if share > 1 else f"child-{i}"),
                 tmp,
                 f"#chunks=3 child {i}",
                 parent=parent,
@@ -466,6 +468,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=list(DEFAULT_CAPS),
         help="comma-separated max_running_children values (default 8,32)",
     )
+    parser.add_argument(
+        "--sessions-per-agent",
+        type=positive_int,
+        default=1,
+        help="children one agent process may hold (default 1: a process per child)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     return parser.parse_args(argv)
 
@@ -477,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cap in args.caps:
             progress(f"fan-out: {args.children} children, max_running_children {cap}")
-            runs.append(run_cap(workdir, cap, args.children))
+            runs.append(run_cap(workdir, cap, args.children, args.sessions_per_agent))
             progress(f"  cap {cap}: wall {runs[-1].wall_s:.1f} s")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -486,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         "caps": args.caps,
         "dir": str(workdir),
         "max_concurrent_starts": RuntimeSettings().max_concurrent_starts,
+        "sessions_per_agent": args.sessions_per_agent,
         "poll_s": POLL_S,
     }
     report = summarise(runs, config)

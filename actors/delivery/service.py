@@ -56,11 +56,11 @@ class DeliveryService:
         self._busy: set[str] = set()  # bindings a worker is pumping
         self._dirty: set[str] = set()  # bindings that got events while being pumped
         self._failures: dict[str, int] = {}  # consecutive sink errors per binding
-        # Sessions seen without any binding: most sessions have none, and asking the store
-        # after every commit would cost a query per turn. Bindings are created by spawn (in
-        # the same commit as the session's first event, so never missed) or by bind(),
-        # which calls start() and clears this.
-        self._unbound: set[str] = set()
+        # Each session's bindings, by id, once looked up: asking the store after every commit
+        # would cost a query per turn. Bindings are created by spawn (in the same commit as
+        # the session's first event, so never missed) or by bind(), which calls start() and
+        # clears this. Most sessions have none (an empty tuple).
+        self._bindings: dict[str, tuple[str, ...]] = {}
         self._timers: dict[str, threading.Timer] = {}
         self._scheduling = 0  # commits handed to the pool and not yet scheduled
         self._wait = wait_random_exponential(multiplier=0.05, max=max_backoff_s)
@@ -72,7 +72,7 @@ class DeliveryService:
     def start(self) -> None:
         """Resume every binding from its checkpoint (the recovery step for delivery)."""
         with self._lock:
-            self._unbound.clear()
+            self._bindings.clear()
         for binding in self._store.undelivered_bindings():
             self._schedule(binding.id)
 
@@ -129,21 +129,26 @@ class DeliveryService:
     # -- scheduling ----------------------------------------------------------------------
 
     def _on_events(self, session_ids: set[str]) -> None:
-        # Runs on the store's writer thread: only filter and hand off.
+        # Runs on the store's writer thread: no reads here. Bindings already known are
+        # scheduled at once (one hand-off, to the projector); sessions not seen yet are
+        # looked up on the pool.
         with self._lock:
-            interesting = session_ids - self._unbound
-            if interesting:
+            known = [self._bindings.get(sid) for sid in session_ids]
+            unknown = {sid for sid, ids in zip(session_ids, known, strict=True) if ids is None}
+            if unknown:
                 self._scheduling += 1
-        if interesting:
-            self._pool.submit(self._schedule_sessions, interesting)
+        for ids in known:
+            for binding_id in ids or ():
+                self._schedule(binding_id)
+        if unknown:
+            self._pool.submit(self._schedule_sessions, unknown)
 
     def _schedule_sessions(self, session_ids: set[str]) -> None:
         try:
             for session_id in session_ids:
                 found = self._store.bindings_of(session_id, active_only=False)
-                if not found:
-                    with self._lock:
-                        self._unbound.add(session_id)
+                with self._lock:
+                    self._bindings[session_id] = tuple(b.id for b in found)
                 for binding in found:
                     self._schedule(binding.id)
         finally:

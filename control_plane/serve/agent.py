@@ -40,7 +40,15 @@ from acp.schema import (
 from control_plane.api import ControlPlane
 from control_plane.outcome import Outcome
 from control_plane.serve.backend import BackendProbe
-from control_plane.serve.client_io import idempotency_key, plain_list, send_queued, write_updates
+from control_plane.serve.client_io import (
+    forwarded_line,
+    idempotency_key,
+    plain_list,
+    send_queued,
+    update_line,
+    write_lines,
+    write_updates,
+)
 from control_plane.serve.feed import TurnFeed
 from control_plane.serve.prompt_answer import prompt_response
 from control_plane.serve.watch import SessionWatches, SetupEvent
@@ -313,16 +321,27 @@ class ServeAgent:
         last: int,
     ) -> int:
         """Send the updates of ``command_id`` among ``events``, each once: events at or
-        below ``last`` were sent. Returns the new ``last``."""
-        updates: list[dict[str, Any]] = []
+        below ``last`` were sent. Returns the new ``last``. A committed frame goes out as its
+        own text with the session id swapped in (``forwarded_line``): no update object is
+        read out of it and none serialized again."""
+        lines: list[bytes] = []
         for event in events:
             if event.seq <= last or event.command_id != command_id:
                 continue
             last = event.seq
-            update = update_of(event)
-            if update is not None:
-                updates.append(update)
-        await self._send_updates(session_id, updates)
+            if event.kind != EventKind.SESSION_UPDATE:
+                continue
+            line = None
+            if isinstance(event, CommittedEvent) and event.parsed is not None:
+                line = forwarded_line(event.raw, event.parsed, session_id)
+            if line is None:
+                update = update_of(event)
+                if update is None:
+                    continue
+                line = update_line(session_id, update)
+            lines.append(line)
+        assert self.out is not None
+        await write_lines(self.out, lines)
         return last
 
     async def cancel(self, session_id: str, **_: Any) -> None:

@@ -48,6 +48,42 @@ async def write_updates(
     await out.drain()
 
 
+def forwarded_line(raw: str, parsed: Any, session_id: str) -> bytes | None:
+    """The agent's ``session/update`` frame as serve's client gets it, without parsing or
+    serializing anything again: the frame's text with the backend's ACP session id replaced
+    by the session's id, when the frame spells it exactly once as ``"sessionId":"<id>"``
+    (compact JSON, which every agent here writes). None otherwise: the caller builds the
+    message from the update object then."""
+    try:
+        acp_id = parsed["params"]["sessionId"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(acp_id, str) or '"' in acp_id or "\\" in acp_id:
+        return None
+    needle = f'"sessionId":"{acp_id}"'
+    if raw.count(needle) != 1 or "\n" in raw:
+        return None
+    return raw.replace(needle, f'"sessionId":{json_codec.dumps(session_id).decode()}').encode()
+
+
+async def write_lines(out: asyncio.StreamWriter, lines: list[bytes]) -> None:
+    """Whole JSON-RPC lines written as one block on the client stream (see write_updates)."""
+    if not lines:
+        return
+    out.write(b"\n".join(lines) + b"\n")
+    await out.drain()
+
+
+def update_line(session_id: str, update: dict[str, Any]) -> bytes:
+    return json_codec.dumps(
+        {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": {"sessionId": session_id, "update": update},
+        }
+    )
+
+
 def plain_list(servers: Any) -> list[dict[str, Any]]:
     """The client's MCP server objects as plain JSON dicts."""
     out = []
