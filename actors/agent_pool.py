@@ -23,9 +23,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from protocol.agent.host import AgentHost
+from protocol.agent.prestart import Prestarted
 from protocol.agent.types import AgentLaunch
 
 log = logging.getLogger(__name__)
@@ -59,12 +61,17 @@ class AgentPool:
         self.started = 0  # processes started over the pool's life (a benchmark counts them)
 
     async def acquire(
-        self, launch: AgentLaunch, capacity: int, attach: Callable[[AgentHost], None]
+        self,
+        launch: AgentLaunch,
+        capacity: int,
+        attach: Callable[[AgentHost], None],
+        take_prestarted: Callable[[], Prestarted | None] | None = None,
     ) -> AgentHost:
         """A started process for one more session (``AgentStartFailed`` when it cannot
         start). ``attach`` joins the session to the process before it is used, and before a
         new one starts: what the agent says while starting (its exit, its stderr tail) is
-        in the log of the session that started it."""
+        in the log of the session that started it. ``take_prestarted``: a process started
+        ahead for this launch (``acpctl batch``), adopted when a new one is needed."""
         key = launch_key(launch)
         while True:
             host = self._with_room(key)
@@ -76,7 +83,10 @@ class AgentPool:
             if pending is None:
                 break
             await asyncio.shield(pending)  # another session is starting one: share it
-        host = AgentHost(launch, shared=True)
+        prestarted = None if take_prestarted is None else take_prestarted()
+        if prestarted is not None:  # its stderr went to the log it was started with
+            launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
+        host = AgentHost(launch, prestarted, shared=True)
         attach(host)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[key] = done

@@ -166,6 +166,7 @@ class CapRun:
     peak_running_polled: int
     peak_running_events: int
     peak_live_agents: int
+    agent_processes: int
     peak_turn_slots: int
     statuses: dict[str, int]
     metrics: dict[str, list[float]]
@@ -331,6 +332,10 @@ def run_cap(workdir: Path, cap: int, children: int, share: int = 1) -> CapRun:
                 kid.announce = _ts(event)
                 kid.status = str(event.payload.get("status"))
         peak_slots = cp._supervisor.slots.peak
+        # Counted for both modes (a process per child, or shared): the distinct agent pids.
+        agent_pids = {
+            e.payload.get("pid") for sid in ids for e in cp.events(sid) if e.kind == "agent_started"
+        }
 
     kid_list = list(kids.values())
     statuses: dict[str, int] = {}
@@ -354,6 +359,7 @@ def run_cap(workdir: Path, cap: int, children: int, share: int = 1) -> CapRun:
         peak_running_polled=peak_polled,
         peak_running_events=peak_overlap(running),
         peak_live_agents=peak_overlap(live),
+        agent_processes=len(agent_pids),
         peak_turn_slots=peak_slots,
         statuses=statuses,
         metrics=metrics,
@@ -374,6 +380,7 @@ def summarise(runs: list[CapRun], config: dict[str, Any]) -> dict[str, Any]:
             "peak_running_polled": run.peak_running_polled,
             "peak_running_events": run.peak_running_events,
             "peak_live_agents": run.peak_live_agents,
+            "agent_processes": run.agent_processes,
             "peak_turn_slots": run.peak_turn_slots,
             "statuses": run.statuses,
             "metrics": {},
@@ -420,6 +427,7 @@ def print_report(report: dict[str, Any]) -> None:
     row("peak running (poll)", [str(e["peak_running_polled"]) for e in caps])
     row("peak running (events)", [str(e["peak_running_events"]) for e in caps])
     row("peak child agent processes", [str(e["peak_live_agents"]) for e in caps])
+    row("agent processes started", [str(e["agent_processes"]) for e in caps])
     row("peak turn slots held", [str(e["peak_turn_slots"]) for e in caps])
     row(
         "announce statuses",

@@ -21,6 +21,7 @@ from actors.session.leftovers import kill_leftovers
 from actors.session.recorder import StoreRecorder
 from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import PermissionBroker
+from protocol.agent.prestart import Prestarted
 from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
 from store import SessionRecord
@@ -57,9 +58,16 @@ def start_agent(
     tree = session.agent_process
     leftovers = 0 if pool.owns(tree) else kill_leftovers(session.id, tree)
     launch = launch_for(session, settings)
-    prestarted = None
-    if settings.prestarted is not None and share == 1:
-        prestarted = settings.prestarted.take(launch.command, launch.cwd, launch.env)
+    prestarted, take_prestarted = None, None
+    if settings.prestarted is not None:
+        pool_of_one = settings.prestarted
+        if share == 1:
+            prestarted = pool_of_one.take(launch.command, launch.cwd, launch.env)
+        else:  # only if a new shared process is started for this session
+
+            def take_prestarted() -> Prestarted | None:
+                return pool_of_one.take(launch.command, launch.cwd, launch.env)
+
     conn = AgentConnection(
         launch,
         recorder,
@@ -69,6 +77,7 @@ def start_agent(
         prestarted=prestarted,
         hosts=pool,
         sessions_per_process=share,
+        take_prestarted=take_prestarted,
     )
     loop = deps.loop
     mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)

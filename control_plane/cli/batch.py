@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -103,6 +104,8 @@ def run_batch(
 ) -> int:
     from control_plane.batch.tasks import read_tasks
     from control_plane.metrics import parse_address
+    from control_plane.prestart import prestart_agent
+    from protocol.agent.prestart import PrestartPool
     from store.usage import Budget
 
     metrics_at = None if metrics is None else parse_address(metrics)  # bad input: exit 2
@@ -134,12 +137,23 @@ def run_batch(
             else config.budgets.batch.budget()
         ),
     )
+    # The first task's agent starts while the runtime loads and the store opens; the first
+    # session that fits takes it (with shared processes, the first process started).
+    prestarted = PrestartPool()
+    if tasks:
+        first = tasks[0]
+        first_spec, first_cwd = config.agent(first.agent) if first.agent else (spec, agent_cwd)
+        prestarted = prestart_agent(
+            config, first_spec, first.cwd or first_cwd or options.default_cwd, "batch"
+        )
     with (
+        contextlib.closing(prestarted),
         opened(
             ctx,
             run_sessions=True,
             max_running_turns=jobs,
             sessions_per_agent=_sessions_per_agent(sessions_per_agent, config),
+            prestarted=prestarted,
         ) as cp,
         serving_metrics(cp, metrics_at, quiet=json_out),
     ):

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
 
 from control_plane.config import Config
-from protocol.agent.prestart import PrestartPool, prestart
+from control_plane.prestart import prestart_agent
+from protocol.agent.prestart import PrestartPool
 from store import AgentSpec
-
-log = logging.getLogger(__name__)
 
 
 def prestart_backend(config: Config, spec: AgentSpec) -> PrestartPool:
-    """The backend agent spawned in serve's cwd with the environment its first session's
-    launch will compute (so that launch can take it); an empty pool when it cannot run (the
-    session's own launch then reports why)."""
-    env = config.agent_profiles().environment(spec.name)
-    stderr_path = os.path.join(config.db_path.parent, "agent-logs", f"serve-{os.getpid()}.log")
-    try:
-        return PrestartPool(prestart(spec.command, os.getcwd(), env, stderr_path))
-    except OSError as exc:
-        log.info("backend agent not started ahead: %s", exc)
-        return PrestartPool()
+    """The backend agent spawned in serve's cwd (control_plane/prestart.py)."""
+    return prestart_agent(config, spec, os.getcwd(), "serve")

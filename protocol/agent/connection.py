@@ -50,7 +50,11 @@ class HostSource(Protocol):
     """Shared agent processes (``actors/agent_pool.py``)."""
 
     async def acquire(
-        self, launch: AgentLaunch, capacity: int, attach: Callable[[AgentHost], None]
+        self,
+        launch: AgentLaunch,
+        capacity: int,
+        attach: Callable[[AgentHost], None],
+        take_prestarted: Callable[[], Prestarted | None] | None = None,
     ) -> AgentHost: ...
 
     async def release(self, host: AgentHost, kill: bool = False) -> None: ...
@@ -67,6 +71,7 @@ class AgentConnection(SessionRequests):
         prestarted: Prestarted | None = None,
         hosts: HostSource | None = None,
         sessions_per_process: int = 1,
+        take_prestarted: Callable[[], Prestarted | None] | None = None,
     ) -> None:
         if prestarted is not None:  # its stderr went to the log it was started with
             launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
@@ -84,6 +89,7 @@ class AgentConnection(SessionRequests):
         )
         self._hosts = hosts if sessions_per_process > 1 else None
         self._capacity = sessions_per_process
+        self._take_prestarted = take_prestarted
         # A process of its own is there from the start (its tap can be driven in tests);
         # a shared one is acquired in ``start``.
         self._host: AgentHost | None = None
@@ -190,7 +196,9 @@ class AgentConnection(SessionRequests):
         ``AgentStartFailed`` if it cannot be."""
         if self._hosts is None:
             return await self.host.start()
-        host = await self._hosts.acquire(self.launch, self._capacity, self._joined)
+        host = await self._hosts.acquire(
+            self.launch, self._capacity, self._joined, self._take_prestarted
+        )
         assert host.init is not None
         return host.init
 
