@@ -9,7 +9,6 @@ holding it has committed (with ``synchronous=FULL``: until it is on disk).
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -20,10 +19,10 @@ from sqlalchemy import Connection, Engine
 from state_machines import SessionNotFound, SessionState, StoreError
 from state_machines.errors import CommandNotFound
 from store import hot_sql as hot
-from store import ops, queries, telemetry
-from store.command_waits import CommandWaits
+from store import ops, queries
+from store.commit_feed import CommitFeed
 from store.driver_errors import as_damaged, is_damage
-from store.feed import CommittedEvent, FeedListener, SessionFeeds
+from store.feed import CommittedEvent, FeedListener
 from store.location import Backend, StoreLocation, locate
 from store.opening import StoreOptions, open_engines
 from store.ownership import this_owner
@@ -45,7 +44,7 @@ from store.records import (
 )
 from store.retry import retry_on_lock
 from store.usage import SessionUsage
-from store.writer import Commit, GroupCommitWriter, WriteContext
+from store.writer import GroupCommitWriter, WriteContext
 
 T = TypeVar("T")
 EventsListener = Callable[[set[str]], None]
@@ -69,14 +68,10 @@ class Store:
         self.options = options
         self._write_engine = write_engine
         self._read_engine = read_engine
-        self._listeners: list[EventsListener] = []
-        self._command_listeners: list[CommandsListener] = []
-        self._listeners_lock = threading.Lock()
-        self._feeds = SessionFeeds()
-        self._command_waits = CommandWaits()
+        self._commits = CommitFeed()  # every commit, published once (store/commit_feed.py)
         if location.backend is Backend.POSTGRESQL:
-            self._feeds.read_after = self._events_after
-            self._feeds.read_finished = self._finished_since
+            self._commits.sessions.read_after = self._events_after
+            self._commits.sessions.read_finished = self._finished_since
         # Minted when the store was created; event ids are unique within it (see 0007).
         self.identity = ""
         if location.backend is Backend.POSTGRESQL:
@@ -90,7 +85,7 @@ class Store:
             write_engine,
             self.path,
             options.lock_timeout_s,
-            on_commit=self._notify,
+            on_commit=self._commits.publish,
             begin_sql=begin_sql,
             watch_file=watch_file,
             notify_sql=notify_sql,
@@ -178,28 +173,12 @@ class Store:
         """Call ``listener(session_ids)`` on the writer thread after each commit that
         appended events. Keep it short (hand the work to another thread). Returns an
         unsubscribe function."""
-        with self._listeners_lock:
-            self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._listeners_lock:
-                if listener in self._listeners:
-                    self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._commits.on_appended(listener)
 
     def subscribe_commands(self, listener: CommandsListener) -> Callable[[], None]:
         """Call ``listener(command_ids)`` on the writer thread after each commit in which
         commands reached a final state."""
-        with self._listeners_lock:
-            self._command_listeners.append(listener)
-
-        def unsubscribe() -> None:
-            with self._listeners_lock:
-                if listener in self._command_listeners:
-                    self._command_listeners.remove(listener)
-
-        return unsubscribe
+        return self._commits.on_finished(listener)
 
     def watch_session(self, session_id: str, listener: FeedListener) -> Callable[[], None]:
         """Call ``listener(SessionCommit)`` on the writer thread after each commit that
@@ -213,20 +192,20 @@ class Store:
                 lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone()
             )
             last = None if row is None else int(row[0])
-        return self._feeds.watch(session_id, listener, last)
+        return self._commits.watch(session_id, listener, last)
 
     def expect_command(self, command_id: str) -> Future[CommandRecord]:
         """A future resolved with the command's record by the commit of this process that
         makes it final (store/command_waits.py); ``forget_command`` it when done. Register
         before reading the command, so that no finish falls between the two."""
-        return self._command_waits.expect(command_id)
+        return self._commits.expect(command_id)
 
     def forget_command(self, command_id: str, future: Future[CommandRecord]) -> None:
-        self._command_waits.forget(command_id, future)
+        self._commits.forget(command_id, future)
 
     def catch_up(self, session_id: str) -> None:
         """Another node committed for ``session_id``: its watchers here get what it wrote."""
-        self._feeds.catch_up(session_id)
+        self._commits.sessions.catch_up(session_id)
 
     def _events_after(self, session_id: str, after_seq: int) -> list[CommittedEvent]:
         return [
@@ -238,26 +217,6 @@ class Store:
 
     def _finished_since(self, session_id: str, since: float) -> list[CommandRecord]:
         return self.read(lambda c: queries.finished_since(c, session_id, since))
-
-    def _notify(self, commit: Commit) -> None:
-        with self._listeners_lock:
-            listeners = list(self._listeners) if commit.appended else []
-            command_listeners = list(self._command_listeners) if commit.finished_records else []
-        if commit.finished_records:
-            # Counted before anyone is told: a client that got its answer and then scrapes
-            # /metrics sees its turn counted (the feed wakes serve's reply).
-            telemetry.commands_finished(commit.finished_records)
-        self._feeds.publish(commit)
-        if commit.finished_records:
-            self._command_waits.publish(commit.finished_records)
-        if listeners:
-            sessions = commit.sessions
-            for listener in listeners:
-                listener(sessions)
-        if command_listeners:
-            finished = commit.finished
-            for command_listener in command_listeners:
-                command_listener(finished)
 
     @property
     def commit_stats(self) -> tuple[int, int]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
 from typing import Any
 
 from acp import PROTOCOL_VERSION, RequestError
@@ -38,29 +37,23 @@ from acp.schema import (
 )
 
 from control_plane.api import ControlPlane
-from control_plane.outcome import Outcome
 from control_plane.serve.backend import BackendProbe
 from control_plane.serve.client_io import (
-    forwarded_line,
     idempotency_key,
     plain_list,
     send_queued,
-    update_line,
-    write_lines,
     write_updates,
 )
 from control_plane.serve.feed import TurnFeed
 from control_plane.serve.prompt_answer import prompt_response
+from control_plane.serve.turn_stream import stream_turn
 from control_plane.serve.watch import SessionWatches, SetupEvent
-from protocol.face.replay import conversation_updates, current_setup, update_of
+from protocol.face.replay import conversation_updates, current_setup
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
-from state_machines import COMMAND_MACHINE, CommandState, ControlPlaneError, SessionNotFound
+from state_machines import CommandState, ControlPlaneError, SessionNotFound
 from state_machines.event_kinds import EventKind
 from store import (
     AgentSpec,
-    CommandRecord,
-    CommittedEvent,
-    EventRecord,
 )
 
 log = logging.getLogger(__name__)
@@ -274,75 +267,11 @@ class ServeAgent:
                 )
             except ControlPlaneError as exc:
                 raise to_request_error(exc) from None
-            outcome = await self._stream_turn(command, feed)
+            assert self.out is not None
+            outcome = await stream_turn(self.cp, self.out, command, feed)
         finally:
             unwatch()
         return prompt_response(outcome)
-
-    async def _stream_turn(self, command: CommandRecord, feed: TurnFeed) -> Outcome:
-        """Forward the command's updates as they are committed (from the session feed, not
-        by reading the log back), then its outcome once it is final: the outcome commits
-        after, or with, the turn's last update, so every update has been sent by then."""
-        session_id, command_id = command.session_id, command.id
-        last = 0
-        if command.state is not CommandState.QUEUED:
-            # A repeated request (same idempotency key) for a command that already ran or
-            # is running: what it committed before we watched is in the log.
-            last = await self._forward_stored(session_id, command_id, last)
-            if command.state in COMMAND_MACHINE.final:
-                return Outcome.of(command)
-        while True:
-            shares = await feed.next(FEED_CHECK_S)
-            if shares is None:
-                # Nothing committed for a while: a long turn, or a turn that ended without
-                # this watcher being told (it cannot, but a hung prompt would be worse).
-                current = await asyncio.to_thread(self.cp.command, command_id)
-                if current.state not in COMMAND_MACHINE.final:
-                    continue
-                await self._forward_stored(session_id, command_id, last)
-                return Outcome.of(current)
-            events = [event for share in shares for event in share.events]
-            last = await self._forward(session_id, command_id, events, last)
-            for share in shares:
-                for record in share.finished:
-                    if record.id == command_id:
-                        return Outcome.of(record)
-
-    async def _forward_stored(self, session_id: str, command_id: str, last: int) -> int:
-        """Send the command's updates found in the log above ``last``."""
-        stored = await asyncio.to_thread(self.cp.command_events, session_id, command_id)
-        return await self._forward(session_id, command_id, stored, last)
-
-    async def _forward(
-        self,
-        session_id: str,
-        command_id: str,
-        events: Sequence[EventRecord | CommittedEvent],
-        last: int,
-    ) -> int:
-        """Send the updates of ``command_id`` among ``events``, each once: events at or
-        below ``last`` were sent. Returns the new ``last``. A committed frame goes out as its
-        own text with the session id swapped in (``forwarded_line``): no update object is
-        read out of it and none serialized again."""
-        lines: list[bytes] = []
-        for event in events:
-            if event.seq <= last or event.command_id != command_id:
-                continue
-            last = event.seq
-            if event.kind != EventKind.SESSION_UPDATE:
-                continue
-            line = None
-            if isinstance(event, CommittedEvent) and event.parsed is not None:
-                line = forwarded_line(event.raw, event.parsed, session_id)
-            if line is None:
-                update = update_of(event)
-                if update is None:
-                    continue
-                line = update_line(session_id, update)
-            lines.append(line)
-        assert self.out is not None
-        await write_lines(self.out, lines)
-        return last
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         try:
