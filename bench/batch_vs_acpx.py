@@ -100,15 +100,7 @@ def run_acpctl(parent: str, tasks: int, jobs: int) -> dict[str, Any]:
         str(jobs),
         "--json",
     ]
-    start = now()
-    done = subprocess.run(argv, env=child_env(workdir), capture_output=True, text=True)
-    wall = now() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"acpctl batch exited {done.returncode}: {done.stderr[-2000:]}")
-    ran, agents = invocations(workdir)
-    if ran != tasks:
-        raise RuntimeError(f"acpctl batch: the agent ran {ran} prompts, not {tasks}")
-    return {"wall_s": wall, "agents": agents}
+    return timed(ACPCTL, argv, None, child_env(workdir), workdir, tasks)
 
 
 def run_acpx(parent: str, tasks: int, jobs: int) -> dict[str, Any]:
@@ -122,16 +114,22 @@ def run_acpx(parent: str, tasks: int, jobs: int) -> dict[str, Any]:
     argv = ["xargs", "-d", "\n", "-P", str(jobs), "-n", "1", "sh", "-c", script]
     env = child_env(workdir)
     env["HOME"] = workdir  # acpx keeps its session files under $HOME: one fresh per run
+    return timed(XARGS, argv, "\n".join(prompts(tasks)), env, workdir, tasks)
+
+
+def timed(
+    side: str, argv: list[str], stdin: str | None, env: dict[str, str], workdir: str, tasks: int
+) -> dict[str, Any]:
+    """Run one side's command; its wall time and the agent processes that ran its prompts
+    (checking that every prompt ran exactly once)."""
     start = now()
-    done = subprocess.run(
-        argv, input="\n".join(prompts(tasks)), env=env, capture_output=True, text=True
-    )
+    done = subprocess.run(argv, input=stdin, env=env, capture_output=True, text=True)
     wall = now() - start
     if done.returncode != 0:
-        raise RuntimeError(f"xargs acpx exited {done.returncode}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{side} exited {done.returncode}: {done.stderr[-2000:]}")
     ran, agents = invocations(workdir)
     if ran != tasks:
-        raise RuntimeError(f"acpx: the agent ran {ran} prompts, not {tasks}")
+        raise RuntimeError(f"{side}: the agent ran {ran} prompts, not {tasks}")
     return {"wall_s": wall, "agents": agents}
 
 
