@@ -1,0 +1,138 @@
+"""The sections of the configuration file (``[limits]``, ``[timeouts]``, ``[agents.NAME]``...),
+as pydantic models: the values, their bounds and their defaults. ``control_plane/config.py``
+puts them together (``Config``) and reads the file and the environment."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from protocol.agent.permissions import Decision
+from state_machines import ControlPlaneError
+
+if TYPE_CHECKING:
+    from store.usage import Budget
+
+
+class ConfigError(ControlPlaneError):
+    """The configuration file or an environment variable holds a bad value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Strict):
+    max_running_turns: int = Field(16, ge=1, le=4096)
+    max_attempts: int = Field(3, ge=1, le=100)
+    # Least time between two writes of one session's agent output (see actors/session/recorder.py).
+    record_interval_ms: float = Field(4.0, ge=0, le=1000)
+    # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
+    fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)
+    # Live agent processes kept by one control plane: beyond it the least recently used
+    # idle sessions are passivated (their agents stopped; the next prompt starts them again).
+    max_live_agents: int = Field(64, ge=1, le=100_000)
+    # An agent's stderr log is cut to its last part when it grows past this (one older
+    # part is kept beside it as ``.1``).
+    agent_log_max_bytes: int = Field(16 * 1024 * 1024, ge=64 * 1024, le=1024**4)
+    # Sessions one agent process may hold (ACP allows several per connection); 1 gives each
+    # session its own process. ``acpctl batch --sessions-per-agent`` and an agent's own
+    # ``sessions_per_process`` override it (docs/operations.md, "Shared agent processes").
+    sessions_per_agent: int = Field(1, ge=1, le=1024)
+
+
+class Timeouts(_Strict):
+    turn_s: float | None = Field(600.0, gt=0)
+    cancel_grace_s: float = Field(5.0, ge=0)
+    passivate_after_s: float = Field(300.0, gt=0)
+    agent_start_s: float = Field(60.0, gt=0)
+    # The longest an agent's file operation may take (a slow disk, a network file system).
+    fs_s: float = Field(30.0, gt=0)
+    # How long a batch keeps going while the store refuses every write (disk full, a lock
+    # held elsewhere) before it exits 1; the rerun finishes the work.
+    store_fault_s: float = Field(60.0, gt=0)
+    # How long a shared agent process with no sessions left waits for the next one.
+    shared_agent_idle_s: float = Field(60.0, ge=0)
+
+
+class BudgetConfig(_Strict):
+    """At most ``tokens`` (reported by the agent) and/or ``cost_usd``; then ``action``."""
+
+    tokens: int | None = Field(None, ge=1)
+    cost_usd: float | None = Field(None, gt=0)
+    action: Literal["stop", "warn"] = "stop"
+
+    @model_validator(mode="after")
+    def _has_a_limit(self) -> BudgetConfig:
+        if self.tokens is None and self.cost_usd is None:
+            raise ValueError("a budget needs tokens or cost_usd")
+        return self
+
+    def budget(self) -> Budget:
+        from store.usage import Budget, BudgetAction
+
+        return Budget(self.tokens, self.cost_usd, BudgetAction(self.action))
+
+
+class Budgets(_Strict):
+    session: BudgetConfig | None = None  # each session (a spawn's own budget wins)
+    tree: BudgetConfig | None = None  # each root and its descendants together
+    batch: BudgetConfig | None = None  # all the tasks of one ``acpctl batch`` run
+
+
+class PriceConfig(_Strict):
+    """USD per million tokens (for agents that report tokens but no cost)."""
+
+    input_usd_per_mtok: float = Field(ge=0)
+    output_usd_per_mtok: float = Field(ge=0)
+
+
+class Tracing(_Strict):
+    """OpenTelemetry traces (``control_plane/tracing.py``); off unless enabled here or by
+    ``OTEL_TRACES_EXPORTER``."""
+
+    enabled: bool = False
+    exporter: Literal["otlp", "console"] = "otlp"
+    endpoint: str | None = None  # OTLP/HTTP traces URL; unset: the OTEL_EXPORTER_OTLP_* vars
+    service_name: str = "acpctl"
+
+
+class Permissions(_Strict):
+    default: Decision = Decision.ASK
+    by_kind: dict[str, Decision] = Field(default_factory=dict)
+    # serve --listen: how long an "ask" waits for an attached client to answer (None: until
+    # answered or the turn is cancelled); then it is answered "cancelled" (docs/remote.md).
+    ask_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class NodeConfig(_Strict):
+    """This process as a node of a shared store (docs/operations.md, "Running a fleet")."""
+
+    # What placement names (Placement(node=...)); default: the host name.
+    name: str | None = Field(default=None, min_length=1)
+    # What it offers to placement by label (e.g. a shared volume mounted here).
+    labels: list[str] = Field(default_factory=list)
+    # Its sessions are taken over this long after it stops renewing (crash, partition).
+    lease_s: float = Field(15.0, ge=1.0, le=3600.0)
+
+
+class AgentConfig(_Strict):
+    command: str | list[str]
+    # Values reach the agent at each launch and are never stored (the store keeps names).
+    env: dict[str, str] = Field(default_factory=dict, repr=False)
+    passthrough: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    # Advertise the client's fs/* to this agent (Gemini CLI cannot create files through it).
+    fs: bool = True
+    # Offer terminal/* to this agent; unset follows the top-level ``terminals``.
+    terminals: bool | None = None
+    # Sessions one process of this agent may hold; unset follows limits.sessions_per_agent.
+    sessions_per_process: int | None = Field(default=None, ge=1, le=1024)
+
+    @field_validator("command")
+    @classmethod
+    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not value or (isinstance(value, str) and not value.strip()):
+            raise ValueError("must not be empty")
+        return value
