@@ -279,9 +279,11 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
             for side in order:
                 side.times_ms.append(await run_turn(side, text, chunks))
             if (r + 1) % 10 == 0 or r + 1 == turns:
+                # The last ten turns' median, not the running one: a session that slows down
+                # over many turns shows here (--turns 1500).
                 progress(
-                    f"turn {r + 1}/{turns}: "
-                    + ", ".join(f"{s.name} {median(s.times_ms):.1f} ms" for s in sides)
+                    f"turn {r + 1}/{turns}: last 10 "
+                    + ", ".join(f"{s.name} {median(s.times_ms[-10:]):.1f} ms" for s in sides)
                 )
         cpu_after = cpu_snapshot(sides)
         commits_after = await asyncio.to_thread(commits_so_far, metrics_port)
