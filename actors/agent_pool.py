@@ -64,20 +64,21 @@ class AgentPool:
         self,
         launch: AgentLaunch,
         capacity: int,
-        attach: Callable[[AgentHost], None],
+        attach: Callable[[AgentHost, bool], None],
         take_prestarted: Callable[[], Prestarted | None] | None = None,
     ) -> AgentHost:
         """A started process for one more session (``AgentStartFailed`` when it cannot
-        start). ``attach`` joins the session to the process before it is used, and before a
-        new one starts: what the agent says while starting (its exit, its stderr tail) is
-        in the log of the session that started it. ``take_prestarted``: a process started
+        start). ``attach(host, running)`` joins the session to the process before it is used
+        (``running``: it was running already), and before a new one starts: what the agent
+        says while starting (its exit, its stderr tail) is in the log of the session that
+        started it. ``take_prestarted``: a process started
         ahead for this launch (``acpctl batch``), adopted when a new one is needed."""
         key = launch_key(launch)
         while True:
             host = self._with_room(key)
             if host is not None:
                 self._take(host)
-                attach(host)
+                attach(host, True)
                 return host
             pending = self._starting.get(key)
             if pending is None:
@@ -87,7 +88,7 @@ class AgentPool:
         if prestarted is not None:  # its stderr went to the log it was started with
             launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
         host = AgentHost(launch, prestarted, shared=True)
-        attach(host)
+        attach(host, False)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._starting[key] = done
         try:

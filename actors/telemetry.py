@@ -16,7 +16,10 @@ SESSION_UPDATES = Counter(
     "acpctl_session_updates_total", "session/update notifications recorded from agents."
 )
 AGENT_STARTS = Counter(
-    "acpctl_agent_starts_total", "Agent starts, by outcome (started, failed).", ["outcome"]
+    "acpctl_agent_starts_total",
+    "Agent starts of sessions, by outcome: started (a process of its own or a new shared one), "
+    "joined (a shared process that was running), failed.",
+    ["outcome"],
 )
 RECOVERIES = Counter(
     "acpctl_recovered_commands_total",

@@ -101,7 +101,7 @@ def start_agent(
         with contextlib.suppress(Exception):  # the start's own error is the one to report
             loop.call(conn.kill(), 30)
         raise
-    telemetry.AGENT_STARTS.labels("started").inc()
+    telemetry.AGENT_STARTS.labels("joined" if conn.joined_running_process else "started").inc()
     info = init.agent_info
     details: dict[str, Any] = {
         "pid": conn.pid,

@@ -53,7 +53,7 @@ class HostSource(Protocol):
         self,
         launch: AgentLaunch,
         capacity: int,
-        attach: Callable[[AgentHost], None],
+        attach: Callable[[AgentHost, bool], None],
         take_prestarted: Callable[[], Prestarted | None] | None = None,
     ) -> AgentHost: ...
 
@@ -98,6 +98,8 @@ class AgentConnection(SessionRequests):
             self._attach(self._host)
         self._acp_session_id: str | None = None
         self._left = False
+        # Set at start: this session joined a shared process that was already running.
+        self.joined_running_process = False
 
     # -- the process it is on ------------------------------------------------------------
 
@@ -165,7 +167,9 @@ class AgentConnection(SessionRequests):
     def _replaying(self, on: bool) -> None:
         self.host.router.replaying(self._recorder, on)
 
-    def _joined(self, host: AgentHost) -> None:
+    def _joined(self, host: AgentHost, running: bool) -> None:
+        """On ``host`` (``running``: it was running already; else this session starts it)."""
+        self.joined_running_process = running
         self._host = host
         self._attach(host)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from control_plane import ControlPlane
 from state_machines import CommandState
@@ -24,6 +25,11 @@ pytestmark = pytest.mark.timeout(120)
 def _cmd(spawned: SpawnResult) -> str:
     assert spawned.command is not None
     return spawned.command.id
+
+
+def _starts(outcome: str) -> float:
+    value = REGISTRY.get_sample_value("acpctl_agent_starts_total", {"outcome": outcome})
+    return value or 0.0
 
 
 def _pids(cp: ControlPlane, session_id: str) -> list[int]:
@@ -63,6 +69,7 @@ def test_sessions_share_processes_up_to_capacity_and_keep_their_own_updates(
     tmp_path: Path,
 ) -> None:
     agent = example_agent(tmp_path)
+    before = {o: _starts(o) for o in ("started", "joined")}
     with open_cp(tmp_path, sessions_per_agent=3, max_running_turns=8) as cp:
         # Started together: five sessions on two processes (3 + 2), turns overlapping.
         spawned = [cp.spawn(agent, str(tmp_path), f"#delay=20 token-{i}-first") for i in range(5)]
@@ -70,6 +77,9 @@ def test_sessions_share_processes_up_to_capacity_and_keep_their_own_updates(
             assert cp.wait(_cmd(s), 60).state is CommandState.COMPLETED
         pids = {pid for s in spawned for pid in _pids(cp, s.session.id)}
         assert len(pids) == 2
+        # The metric tells processes started from sessions that joined a running one.
+        assert _starts("started") - before["started"] == 2
+        assert _starts("joined") - before["joined"] == 3
         # A second round at once: each session still hears only its own agent replies.
         commands = [
             cp.prompt(s.session.id, f"#delay=20 token-{i}-second") for i, s in enumerate(spawned)
