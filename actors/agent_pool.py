@@ -58,7 +58,6 @@ class AgentPool:
         self._starting: dict[LaunchKey, asyncio.Future[None]] = {}
         self._retire: dict[int, asyncio.TimerHandle] = {}
         self._draining: set[int] = set()  # id() of hosts that take no new session
-        self.started = 0  # processes started over the pool's life (a benchmark counts them)
 
     async def acquire(
         self,
@@ -96,7 +95,6 @@ class AgentPool:
         finally:
             del self._starting[key]
             done.set_result(None)
-        self.started += 1
         self._capacity[id(host)] = max(1, capacity)
         self._hosts.setdefault(key, []).append(host)
         self._take(host)

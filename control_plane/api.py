@@ -321,9 +321,7 @@ class ControlPlane(FrontEndServices):
             rest = [sid for sid in descendants if sid not in by_actor]
             if rest:
                 self._store.write(
-                    lambda ctx: [
-                        ops.close_session(ctx, sid, "parent session closed") for sid in rest
-                    ]
+                    lambda ctx: ops.close_sessions(ctx, rest, "parent session closed")
                 )
         return self._store.get_session(session_id)
 

@@ -52,7 +52,3 @@ class CommandWaits:
             for future in futures:
                 if not future.done():
                     future.set_result(record)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return sum(len(f) for f in self._waiting.values())

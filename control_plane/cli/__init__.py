@@ -11,6 +11,7 @@ and option types stay light; ``tests/integration/test_cli.py`` pins which module
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -169,7 +170,7 @@ def serve_command(
     """
     import asyncio
 
-    from control_plane.serve.prestart_backend import prestart_backend
+    from control_plane.prestart import prestart_agent
 
     ctx: Context = typer_ctx.obj
     with errors_as_exit():
@@ -204,7 +205,7 @@ def serve_command(
             # The backend agent starts now, while serve imports the SDK and opens the
             # store: the editor's first session/new then finds it ready
             # (protocol/agent/prestart.py).
-            backend = prestart_backend(config, spec)
+            backend = prestart_agent(config, spec, os.getcwd(), "serve")
             from control_plane.serve.run import serve
 
             code = asyncio.run(serve(config, spec, max_frame_bytes, backend, metrics_at))

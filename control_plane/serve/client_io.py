@@ -48,7 +48,12 @@ async def write_updates(
     await out.drain()
 
 
-def forwarded_line(raw: str, parsed: Any, session_id: str) -> bytes | None:
+def session_id_field(session_id: str) -> str:
+    """``"sessionId":"<id>"`` as serve's client gets it (for ``forwarded_line``)."""
+    return f'"sessionId":{json_codec.dumps(session_id).decode()}'
+
+
+def forwarded_line(raw: str, parsed: Any, session_field: str) -> bytes | None:
     """The agent's ``session/update`` frame as serve's client gets it, without parsing or
     serializing anything again: the frame's text with the backend's ACP session id replaced
     by the session's id, when the frame spells it exactly once as ``"sessionId":"<id>"``
@@ -61,9 +66,9 @@ def forwarded_line(raw: str, parsed: Any, session_id: str) -> bytes | None:
     if not isinstance(acp_id, str) or '"' in acp_id or "\\" in acp_id:
         return None
     needle = f'"sessionId":"{acp_id}"'
-    if raw.count(needle) != 1 or "\n" in raw:
+    if raw.count(needle) != 1:
         return None
-    return raw.replace(needle, f'"sessionId":{json_codec.dumps(session_id).decode()}').encode()
+    return raw.replace(needle, session_field).encode()
 
 
 async def write_lines(out: asyncio.StreamWriter, lines: list[bytes]) -> None:

@@ -13,7 +13,12 @@ from collections.abc import Sequence
 
 from control_plane.api import ControlPlane
 from control_plane.outcome import Outcome
-from control_plane.serve.client_io import forwarded_line, update_line, write_lines
+from control_plane.serve.client_io import (
+    forwarded_line,
+    session_id_field,
+    update_line,
+    write_lines,
+)
 from control_plane.serve.feed import TurnFeed
 from protocol.face.replay import update_of
 from state_machines import COMMAND_MACHINE, CommandState
@@ -72,6 +77,7 @@ async def forward(
     """Send the updates of ``command_id`` among ``events``, each once: events at or below
     ``last`` were sent. Returns the new ``last``."""
     lines: list[bytes] = []
+    session_field = session_id_field(session_id)
     for event in events:
         if event.seq <= last or event.command_id != command_id:
             continue
@@ -80,7 +86,7 @@ async def forward(
             continue
         line = None
         if isinstance(event, CommittedEvent) and event.parsed is not None:
-            line = forwarded_line(event.raw, event.parsed, session_id)
+            line = forwarded_line(event.raw, event.parsed, session_field)
         if line is None:
             update = update_of(event)
             if update is None:

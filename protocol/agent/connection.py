@@ -75,7 +75,7 @@ class AgentConnection(SessionRequests):
     ) -> None:
         if prestarted is not None:  # its stderr went to the log it was started with
             launch = replace(launch, stderr_path=prestarted.stderr_path or launch.stderr_path)
-        self._launch = launch
+        self.launch = launch
         self._recorder = recorder
         self.permissions = permissions
         self._on_exit = on_exit
@@ -102,17 +102,6 @@ class AgentConnection(SessionRequests):
         self.joined_running_process = False
 
     # -- the process it is on ------------------------------------------------------------
-
-    @property
-    def launch(self) -> AgentLaunch:
-        return self._launch
-
-    @launch.setter
-    def launch(self, value: AgentLaunch) -> None:
-        """A new launch before the start (a process of its own is started with it)."""
-        self._launch = value
-        if self._hosts is None and self._host is not None and self._host.init is None:
-            self._host.launch = value
 
     @property
     def host(self) -> AgentHost:

@@ -60,10 +60,6 @@ class FrameRouter:
         else:
             self._replaying.discard(id(recorder))
 
-    @property
-    def sessions(self) -> list[Recorder]:
-        return list(self._sessions)
-
     # -- Recorder protocol, for the raw tap ----------------------------------------------
 
     def updates(self, frames: Frames) -> None:
@@ -86,7 +82,7 @@ class FrameRouter:
         for recorder in list(self._sessions):
             recorder.event(kind, payload)
 
-    async def flush(self) -> None:
+    async def flush(self) -> None:  # the Recorder protocol's; each session flushes its own
         for recorder in list(self._sessions):
             await recorder.flush()
 

@@ -35,7 +35,14 @@ from store.ops.commands import (
 from store.ops.events import advance_checkpoint, append_events, append_frames, insert_events
 from store.ops.fencing import acquire, check_epoch, release, spare_attempts
 from store.ops.recovery import interrupted_turns_policy, recover, recover_sessions
-from store.ops.sessions import bind, close_orphans, close_session, record_agent_capabilities, spawn
+from store.ops.sessions import (
+    bind,
+    close_orphans,
+    close_session,
+    close_sessions,
+    record_agent_capabilities,
+    spawn,
+)
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -52,6 +59,7 @@ __all__ = [
     "claim_next",
     "close_orphans",
     "close_session",
+    "close_sessions",
     "complete",
     "enqueue",
     "fail",

@@ -242,6 +242,12 @@ def close_session(ctx: WriteContext, session_id: str, reason: str = "closed") ->
     return queries.get_session(conn, session_id)
 
 
+def close_sessions(ctx: WriteContext, session_ids: Sequence[str], reason: str) -> None:
+    """``close_session`` for each, in order (parents before children), in one transaction."""
+    for session_id in session_ids:
+        close_session(ctx, session_id, reason)
+
+
 def close_orphans(ctx: WriteContext) -> list[str]:
     """Open sessions whose parent is closed (a crash between closing a parent and its
     children): closed now, as the cascade would have."""

@@ -12,7 +12,7 @@ from acp.schema import PermissionOption, ToolCallUpdate
 
 from protocol.agent.client import ControlPlaneClient
 from protocol.agent.connection import AgentConnection
-from protocol.agent.permissions import Decision, PermissionPolicy
+from protocol.agent.permissions import Decision, PermissionBroker, PermissionPolicy
 from state_machines.errors import AgentExited, AgentProtocolError, AgentStartFailed
 from tests.support.agent_harness import AgentHarness
 
@@ -225,13 +225,14 @@ def test_agent_exiting_during_initialize_is_agent_start_failed(harness: AgentHar
 def test_missing_agent_program_is_agent_start_failed(harness: AgentHarness) -> None:
     from protocol.agent.types import AgentLaunch
 
-    conn = harness.connect()
-    conn.launch = AgentLaunch(
+    launch = AgentLaunch(
         command=("/nonexistent/agent-binary",),
         cwd=str(harness.workdir),
         env={},
         stderr_path=str(harness.tmp / "x.log"),
     )
+    conn = AgentConnection(launch, harness.recorder, PermissionBroker(PermissionPolicy()))
+    harness.connections.append(conn)
     with pytest.raises(AgentStartFailed):
         harness.run(conn.start())
 

@@ -17,7 +17,7 @@ from state_machines import CommandState
 from state_machines.event_kinds import EventKind
 from store import SpawnResult
 from tests.conftest import eventually
-from tests.support.cp_harness import example_agent, open_cp
+from tests.support.cp_harness import example_agent, message_chunks, open_cp
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,15 +54,7 @@ def _alive(pid: int) -> bool:
 
 
 def _messages(cp: ControlPlane, session_id: str) -> list[str]:
-    """The agent's message text of every session_update in the session's log."""
-    texts = []
-    for event in cp.events(session_id):
-        if event.kind != EventKind.SESSION_UPDATE:
-            continue
-        update: Any = event.payload.get("params", {}).get("update", {})
-        if update.get("sessionUpdate") == "agent_message_chunk":
-            texts.append(update["content"]["text"])
-    return texts
+    return message_chunks(cp.events(session_id))
 
 
 def test_sessions_share_processes_up_to_capacity_and_keep_their_own_updates(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ from protocol.agent.permissions import Decision, PermissionPolicy
 from state_machines import CommandState
 from state_machines.event_kinds import EventKind
 from store import AgentSpec
+from tests.support.cp_harness import message_chunks
 
 from .conftest import RealAgent
 
@@ -25,14 +25,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _text(cp: ControlPlane, session_id: str) -> str:
-    parts = []
-    for event in cp.events(session_id):
-        if event.kind != EventKind.SESSION_UPDATE:
-            continue
-        update: Any = event.payload.get("params", {}).get("update", {})
-        if update.get("sessionUpdate") == "agent_message_chunk":
-            parts.append(str(update.get("content", {}).get("text", "")))
-    return "".join(parts)
+    return "".join(message_chunks(cp.events(session_id)))
 
 
 def _pids(cp: ControlPlane, session_id: str) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,8 @@ from actors.settings import RuntimeSettings
 from control_plane import ControlPlane
 from protocol.agent.permissions import Decision, PermissionPolicy
 from protocol.example_agent import noop
-from store import AgentSpec
+from state_machines.event_kinds import EventKind
+from store import AgentSpec, EventRecord
 
 FAST = RuntimeSettings(
     permission_policy=PermissionPolicy(Decision.ALLOW),
@@ -51,6 +53,18 @@ def open_cp(tmp: Path, db: str | None = None, **overrides: Any) -> ControlPlane:
     in ``tmp``."""
     settings = replace(FAST, log_dir=str(tmp / "logs"), **overrides)
     return ControlPlane.open(db if db is not None else tmp / "cp.db", settings=settings)
+
+
+def message_chunks(events: Iterable[EventRecord]) -> list[str]:
+    """The text of every ``agent_message_chunk`` the agent sent, from a session's log."""
+    texts = []
+    for event in events:
+        if event.kind != EventKind.SESSION_UPDATE:
+            continue
+        update: Any = event.payload.get("params", {}).get("update", {})
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            texts.append(str(update.get("content", {}).get("text", "")))
+    return texts
 
 
 def invocations(tmp: Path) -> list[dict[str, Any]]:
