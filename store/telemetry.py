@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import Counter, Histogram
 
-from state_machines import outcome_status
+from state_machines import BudgetExceeded, outcome_status
 from store.records import CommandKind, CommandRecord
 
 COMMIT_SECONDS = Histogram(
@@ -32,6 +32,16 @@ BUDGET_REFUSALS = Counter(
     "acpctl_budget_refusals_total",
     "Prompts and spawns refused because a budget stopped the session.",
 )
+
+
+def write_failed(exc: BaseException) -> None:
+    """A write ended with ``exc`` after its last attempt: counted here, once, and not inside
+    the write, which runs again when its group is retried (a PostgreSQL serialization
+    conflict reruns every write of the group)."""
+    if isinstance(exc, BudgetExceeded):
+        BUDGET_REFUSALS.inc()
+
+
 BUDGET_STOPS = Counter(
     "acpctl_budget_stops_total", "Sessions a budget stopped, by budget.", ["budget"]
 )

@@ -69,6 +69,8 @@ class _Request(Generic[T]):
         return self.future is None or self.future.set_running_or_notify_cancel()
 
     def resolve(self, ok: bool, value: Any) -> None:
+        if not ok:
+            telemetry.write_failed(value)
         future = self.future
         if future is None:
             self.ok, self.value = ok, value

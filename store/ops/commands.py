@@ -21,7 +21,7 @@ from state_machines import (
 )
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
-from store import queries, telemetry
+from store import queries
 from store.faults import fault_point
 from store.hashing import request_hash
 from store.ops._shared import (
@@ -213,6 +213,5 @@ def refuse_if_stopped(ctx: WriteContext, session_id: str) -> None:
     new prompt is queued for it, or a child is spawned under it."""
     row = ctx.raw.execute(hot.STOPPED_BY, (session_id,)).fetchone()
     if row is not None and row[0]:
-        reached = json.loads(row[0])
-        telemetry.BUDGET_REFUSALS.inc()
+        reached = json.loads(row[0])  # counted once it is final (telemetry.write_failed)
         raise BudgetExceeded(session_id, reached["budget"], reached["limit"], reached["used"])
