@@ -4,6 +4,7 @@ machine description. Standard library only."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import resource
@@ -43,6 +44,14 @@ def now() -> float:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by the nearest rank; nan for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))])
 
 
 def spread(values: Sequence[float]) -> tuple[float, float]:

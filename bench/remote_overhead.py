@@ -64,6 +64,7 @@ from bench._common import (  # noqa: E402
     child_env,
     machine_info,
     median,
+    percentile,
     positive_int,
     print_turn_table,
     progress,
@@ -74,13 +75,6 @@ from store import Store  # noqa: E402
 
 STAMP_AGENT = f"{sys.executable} -I -S {os.path.join(_REPO_ROOT, 'bench', 'stamp_agent.py')}"
 STAMP = re.compile(r"t=(\d+)")
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def rss_mb(pid: int) -> float:

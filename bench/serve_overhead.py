@@ -53,6 +53,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ from bench._common import (  # noqa: E402
     median,
     now,
     peak_rss_mb,
+    percentile,
     positive_int,
     positive_int_list,
     print_turn_table,
@@ -91,6 +93,7 @@ TARGET_RATIO = 1.3
 # Start to session ready (process start, initialize, session/new answered), serve / direct.
 READY_TARGET_RATIO = 1.2
 DEFAULT_READY_ROUNDS = 7
+HANDOFF_TURNS = 10
 START_TIMEOUT_S = 120.0
 TURN_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 1800.0
@@ -117,10 +120,18 @@ class CountingClient:
     def __init__(self) -> None:
         self.chunks = 0
         self.other = 0
+        # Agent write to client read, ms, per update of the timed turns (``#stamp``: each
+        # chunk ends with "@<the agent's CLOCK_MONOTONIC in ns>"; the clock is system-wide).
+        self.latencies_ms: list[float] = []
+        self.timing = False
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         if getattr(update, "session_update", None) == "agent_message_chunk":
             self.chunks += 1
+            if self.timing:
+                sent = update_stamp_ns(update)
+                if sent is not None:
+                    self.latencies_ms.append((time.monotonic_ns() - sent) / 1e6)
         else:
             self.other += 1
 
@@ -219,19 +230,33 @@ async def run_turn(side: Side, text: str, chunks: int) -> float:
     return elapsed
 
 
+def update_stamp_ns(update: Any) -> int | None:
+    """The agent's send time out of a ``#stamp`` chunk ("c7@123456789 "), None without one."""
+    text = getattr(getattr(update, "content", None), "text", "")
+    _, at, stamp = text.rstrip().rpartition("@")
+    return int(stamp) if at and stamp.isdigit() else None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+def scrape(port: int) -> str | None:
+    """Serve's Prometheus metrics text, None when they cannot be read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
+
+
 def commits_so_far(port: int) -> float | None:
     """Group commits serve's store writer has made (its Prometheus metrics: the count of
     ``acpctl_store_commit_seconds``), None when they cannot be read."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
+    text = scrape(port)
+    if text is None:
         return None
     for line in text.splitlines():
         if line.startswith("acpctl_store_commit_seconds_count"):
@@ -240,7 +265,7 @@ def commits_so_far(port: int) -> float | None:
 
 
 async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
-    text = f"#chunks={chunks}"
+    text = f"#chunks={chunks} #stamp"
     env = child_env(workdir)
     backend = shlex.join(example_agent_argv(os.path.join(workdir, "serve-agent-state.json")))
     metrics_port = free_port()
@@ -274,6 +299,8 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                     first_turn_ms[side.name] = elapsed
         cpu_before = cpu_snapshot(sides)
         commits_before = await asyncio.to_thread(commits_so_far, metrics_port)
+        for side in sides:
+            side.client.timing = True
         for r in range(turns):
             order = sides if r % 2 == 0 else sides[::-1]
             for side in order:
@@ -287,6 +314,8 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
                 )
         cpu_after = cpu_snapshot(sides)
         commits_after = await asyncio.to_thread(commits_so_far, metrics_port)
+        for side in sides:
+            side.client.timing = False
         commits_per_turn = (
             None
             if commits_before is None or commits_after is None
@@ -303,7 +332,58 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
             "first_warmup_turn_ms": first_turn_ms,
             "cpu_ms_per_turn": cpu_ms_per_turn,
             "commits_per_turn": commits_per_turn,
+            "update_latency_ms": {s.name: s.client.latencies_ms for s in sides},
         }
+
+
+# Threads that only answer the bench's own metrics scrapes (the Prometheus client's HTTP
+# server): their hand-offs are the measurement's, not serve's.
+SCRAPE_THREADS = ("process_request_thread", "serve_forever")
+
+
+async def count_handoffs(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
+    """Thread hand-offs per turn inside serve, counted (``bench/handoffs.py``): a second serve
+    process, untimed, with every hand-off primitive counted, ``turns`` turns like the timed
+    ones. Returns the total per turn and the breakdown by primitive and posting thread."""
+    env = child_env(workdir)
+    backend = shlex.join(example_agent_argv(os.path.join(workdir, "counted-agent-state.json")))
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.handoffs",
+        "--db",
+        os.path.join(workdir, "counted.db"),
+        "serve",
+        "--agent",
+        backend,
+        "--metrics",
+        f"127.0.0.1:{port}",
+    ]
+    text = f"#chunks={chunks}"
+    async with AsyncExitStack() as stack:
+        progress(f"counting serve's thread hand-offs over {turns} more turns (untimed)")
+        side = await asyncio.wait_for(
+            start_side(stack, "counted", argv, workdir, env), START_TIMEOUT_S
+        )
+        for _ in range(warmup):
+            await run_turn(side, text, chunks)
+        before = await asyncio.to_thread(scrape, port)
+        for _ in range(turns):
+            await run_turn(side, text, chunks)
+        after = await asyncio.to_thread(scrape, port)
+    if before is None or after is None:
+        return {}
+    from bench.handoffs import parse
+
+    start, end = parse(before), parse(after)
+    per_turn = {
+        f"{primitive} from {thread}": (count - start.get((primitive, thread), 0.0)) / turns
+        for (primitive, thread), count in end.items()
+        if not any(name in thread for name in SCRAPE_THREADS)
+    }
+    per_turn = {k: v for k, v in sorted(per_turn.items(), key=lambda kv: -kv[1]) if v > 0}
+    return {"turns": turns, "per_turn": sum(per_turn.values()), "breakdown": per_turn}
 
 
 async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name: str) -> float:
@@ -383,6 +463,11 @@ def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
         "cpu_ms_per_turn": raw["cpu_ms_per_turn"],
         "commits_per_turn": raw["commits_per_turn"],
         "sides": turn_sides(raw["sides"], LABELS, DIRECT),
+        "update_latency_ms": {
+            name: {"median": median(values), "p99": percentile(values, 0.99), "n": len(values)}
+            for name, values in raw["update_latency_ms"].items()
+            if values
+        },
     }
     ratio = out["sides"][SERVE]["ratio_of_medians"]
     out["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
@@ -559,6 +644,25 @@ def print_report(report: dict[str, Any]) -> None:
             f"store commits per timed turn (counted: serve's acpctl_store_commit_seconds_count): "
             f"{commits:.2f}"
         )
+    latency = turns.get("update_latency_ms", {})
+    if SERVE in latency and DIRECT in latency:
+        serve_l, direct_l = latency[SERVE], latency[DIRECT]
+        print(
+            f"per update, agent write to client read ({serve_l['n']} updates per side): "
+            f"serve median {serve_l['median']:.2f} ms, p99 {serve_l['p99']:.2f} ms; direct "
+            f"median {direct_l['median']:.2f} ms, p99 {direct_l['p99']:.2f} ms; added by serve: "
+            f"median {serve_l['median'] - direct_l['median']:.2f} ms, "
+            f"p99 {serve_l['p99'] - direct_l['p99']:.2f} ms"
+        )
+    handoffs = report.get("handoffs")
+    if handoffs:
+        print(
+            f"thread hand-offs per turn inside serve (counted over {handoffs['turns']} "
+            f"untimed turns, bench/handoffs.py): {handoffs['per_turn']:.1f}"
+        )
+        for label, count in handoffs["breakdown"].items():
+            if count >= 0.5:
+                print(f"  {count:7.1f}  {label}")
     target = turns["target"]
     verdict = "MET" if target["met"] else "NOT MET"
     print(
@@ -638,6 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ready = asyncio.run(measure_ready(workdir, args.ready_rounds, args.real_agent))
         raw_turns = asyncio.run(measure_turns(workdir, args.turns, args.warmup, args.chunks))
+        handoffs = asyncio.run(count_handoffs(workdir, HANDOFF_TURNS, args.warmup, args.chunks))
         batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -654,6 +759,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "ready": ready,
         "turns": summarise_turns(raw_turns),
+        "handoffs": handoffs,
         "batch": batch,
         "peak_rss_mb": peak_rss_mb(),
     }

@@ -13,7 +13,8 @@ then tool call), ``#read=PATH``, ``#readlines=PATH:LINE:LIMIT``,
 ``#hang-hard``, ``#garbage``, ``#flood-stderr=BYTES``, ``#oversize=BYTES``,
 ``#history``; then the reply streams (``#chunks=N`` / ``#updates=N`` replace the
 echo, ``#delay=MS`` paces it, ``#cost=USD`` sends a ``usage_update`` with the session's
-cumulative cost after each chunk, ``#crash`` exits with code 3 after its first chunk).
+cumulative cost after each chunk, ``#crash`` exits with code 3 after its first chunk,
+``#stamp`` ends each chunk with ``@`` and the agent's monotonic clock in ns at its send).
 Results of tool, permission, fs and history directives are appended to the reply.
 """
 

@@ -43,13 +43,16 @@ class Directives:
     flood_stderr: int | None = None
     oversize: int | None = None
     history: bool = False
+    # Each chunk carries the agent's CLOCK_MONOTONIC in ns when it was sent ("c0@<ns> "),
+    # so a client on the same machine can time every update from the agent's write.
+    stamp: bool = False
     mcp_servers: bool = False  # reply with the names of the MCP servers offered
     cost_per_chunk: float | None = None  # a usage_update with the session's cost per chunk
     # MCP tool calls through the client's mcpServers: (tool name, arguments) in order
     mcp_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
-_FLAGS = {"tool", "permission", "plan", "hang", "crash", "garbage", "history"}
+_FLAGS = {"tool", "permission", "plan", "hang", "crash", "garbage", "history", "stamp"}
 
 
 def parse_directives(text: str) -> tuple[Directives, str]:

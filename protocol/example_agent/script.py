@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,6 +232,8 @@ class TurnScript:
         for index, chunk in enumerate(chunks):
             if index and delay:
                 await asyncio.sleep(delay)
+            if d.stamp:
+                chunk = f"{chunk.rstrip()}@{time.monotonic_ns()} "
             await self._chunk(sid, chunk, turn)
             if d.cost_per_chunk is not None:
                 await self._report_cost(sid, d.cost_per_chunk)

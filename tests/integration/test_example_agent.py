@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -189,6 +190,24 @@ def test_default_echo_and_hundred_chunks_stream_in_order(tmp_path: Path) -> None
         assert counted.usage is not None and counted.usage.output_tokens == 100
 
     asyncio.run(scenario())
+
+
+def test_stamp_ends_each_chunk_with_the_agents_monotonic_send_time(tmp_path: Path) -> None:
+    async def scenario() -> tuple[int, list[str], int]:
+        client = RecordingClient()
+        async with running_agent(tmp_path, client) as (conn, _):
+            sid = await start(conn, tmp_path)
+            before = time.monotonic_ns()
+            await say(conn, sid, "#chunks=3 #stamp")
+            return before, client.texts(), time.monotonic_ns()
+
+    before, texts, after = asyncio.run(scenario())
+    # CLOCK_MONOTONIC is one clock for every process of the machine: the agent's stamps fall
+    # inside the turn as this process timed it, in send order.
+    stamps = [text.rstrip().split("@") for text in texts]
+    assert [label for label, _ in stamps] == ["c0", "c1", "c2"]
+    sent = [int(ns) for _, ns in stamps]
+    assert before <= sent[0] <= sent[1] <= sent[2] <= after
 
 
 def test_tool_call_with_permission_allowed_then_rejected(tmp_path: Path) -> None:

@@ -1,0 +1,98 @@
+"""Count the thread hand-offs of a process: run ``acpctl`` with every in-process hand-off
+counted where it happens, and read the counts from its ``--metrics`` endpoint.
+
+Used by ``bench/serve_overhead.py`` (``python -m bench.handoffs serve ...`` in place of
+``python -m control_plane.cli serve ...``). A hand-off is one thread giving work or a result
+to another. In CPython every such hand-off goes through one of four primitives, and each is
+counted here, labelled with the primitive and the name of the thread that posted it (digits
+folded, so that ``ThreadPoolExecutor-0_3`` and ``ThreadPoolExecutor-0_1`` add up):
+
+- ``call_soon_threadsafe`` from a thread other than the loop's own (this is also how
+  ``run_coroutine_threadsafe``, ``wrap_future`` and ``to_thread`` hand their results back);
+- ``SimpleQueue.put`` (the store writer's queue, and every ``ThreadPoolExecutor``'s work
+  queue, so ``run_in_executor`` and ``to_thread``);
+- ``Condition.notify`` when a thread is waiting on it (``queue.Queue``, the pykka actors'
+  inboxes, ``Event.set`` and ``concurrent.futures.Future`` results waited for with
+  ``result()``); a notify nobody waits for wakes nobody and is not counted;
+- nothing else: ``threading.Lock`` release is mutual exclusion, not a hand-off.
+
+The counting wrappers cost about a microsecond per hand-off, so the timed side of the bench
+runs serve without them; this is only for the count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+import sys
+import threading
+from typing import Any
+
+from prometheus_client import Counter
+
+HANDOFFS = Counter(
+    "acpctl_bench_thread_handoffs_total",
+    "In-process thread hand-offs (bench/handoffs.py), by primitive and posting thread.",
+    ["primitive", "thread"],
+)
+_DIGITS = re.compile(r"\d+")
+
+
+def _poster() -> str:
+    return _DIGITS.sub("N", threading.current_thread().name)
+
+
+class _CountingSimpleQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        HANDOFFS.labels("SimpleQueue.put", _poster()).inc()
+        super().put(item, block, timeout)
+
+    def put_nowait(self, item: Any) -> None:
+        self.put(item, False)
+
+
+def install() -> None:
+    """Count from now on (call before the code under test creates its queues and loops)."""
+    queue.SimpleQueue = _CountingSimpleQueue  # type: ignore[misc]
+    base = asyncio.base_events.BaseEventLoop
+    call_soon_threadsafe = base.call_soon_threadsafe
+
+    def counted_call_soon_threadsafe(self: Any, callback: Any, *args: Any, **kw: Any) -> Any:
+        if getattr(self, "_thread_id", None) != threading.get_ident():
+            HANDOFFS.labels("call_soon_threadsafe", _poster()).inc()
+        return call_soon_threadsafe(self, callback, *args, **kw)
+
+    base.call_soon_threadsafe = counted_call_soon_threadsafe  # type: ignore[method-assign,assignment]
+    notify = threading.Condition.notify
+
+    def counted_notify(self: Any, n: int = 1) -> None:
+        if self._waiters:
+            HANDOFFS.labels("Condition.notify", _poster()).inc()
+        notify(self, n)
+
+    threading.Condition.notify = counted_notify  # type: ignore[method-assign]
+
+
+def parse(metrics_text: str) -> dict[tuple[str, str], float]:
+    """``{(primitive, thread): count}`` out of a Prometheus text exposition."""
+    counts: dict[tuple[str, str], float] = {}
+    pattern = re.compile(
+        r'^acpctl_bench_thread_handoffs_total\{primitive="([^"]*)",thread="([^"]*)"\} (\S+)$'
+    )
+    for line in metrics_text.splitlines():
+        if match := pattern.match(line):
+            counts[(match[1], match[2])] = float(match[3])
+    return counts
+
+
+def main() -> None:
+    install()
+    sys.argv[0] = "acpctl"
+    from control_plane.cli import main as acpctl
+
+    acpctl()
+
+
+if __name__ == "__main__":
+    main()
