@@ -15,8 +15,8 @@ from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from protocol.loop import ProtocolLoop
 from state_machines import StoreError
-from store import EventRecord, SessionRecord, Store, ops, queries
-from store.feed import SessionCommit
+from store import CommittedEvent, EventRecord, SessionRecord, Store, ops, queries
+from store.feed import SessionWatch
 from store.hashing import command_hash
 from store.location import StoreLocation
 from store.ops import budgets
@@ -175,11 +175,16 @@ class FrontEndServices:
     # -- after-commit notifications (called on the store's writer thread: keep them short) --
 
     def watch_session(
-        self, session_id: str, listener: Callable[[SessionCommit], None]
-    ) -> Callable[[], None]:
-        """``listener`` gets each commit touching the session (its events and finished
-        commands, store/feed.py); returns the function that stops it."""
-        return self._store.watch_session(session_id, listener)
+        self,
+        session_id: str,
+        wake: Callable[[], None],
+        keep: Callable[[CommittedEvent], bool] | None = None,
+        finished: bool = True,
+    ) -> SessionWatch:
+        """A mailbox of each commit touching the session (its events and finished commands,
+        store/feed.py): ``wake()`` when it stops being empty, ``take()`` to empty it,
+        ``close()`` to stop; ``keep`` and ``finished`` say what is wanted."""
+        return self._store.watch_session(session_id, wake, keep=keep, finished=finished)
 
     def on_commands_finished(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
         """``listener(command_ids)`` after each commit in which commands became final."""

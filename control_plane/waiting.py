@@ -15,7 +15,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from state_machines import COMMAND_MACHINE
 from state_machines.event_kinds import EventKind
-from store import CommandRecord, EventRecord, SessionCommit, Store
+from store import CommandRecord, EventRecord, Store
 
 # How often a waiter looks at the store itself, for commits of other processes or nodes.
 FALLBACK_S = 0.5
@@ -54,16 +54,15 @@ class Waiters:
         """Yield events after ``after_seq`` as they commit; ends after ``closed`` or when no
         event arrived for ``timeout`` seconds."""
         committed = threading.Event()
-
-        def on_commit(_: SessionCommit) -> None:  # the writer thread: only a flag
-            committed.set()
-
-        unwatch = self._store.watch_session(session_id, on_commit)
+        # Only the wake-up is used: the events are read from the log with their ids (the
+        # mailbox is emptied each round, so it holds at most one round's commits).
+        watch = self._store.watch_session(session_id, committed.set, finished=False)
         try:
             last = after_seq
             idle_since = time.monotonic()
             while not self._closed.is_set():
                 committed.clear()  # before the read: a commit after it sets it again
+                watch.take()
                 batch = self._store.events(session_id, last, 500)
                 for event in batch:
                     last = event.seq
@@ -79,4 +78,4 @@ class Waiters:
                     return
                 committed.wait(min(FALLBACK_S, left))
         finally:
-            unwatch()
+            watch.close()

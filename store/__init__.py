@@ -6,7 +6,7 @@ most processes, and every ``acpctl`` read command, never read asynchronously."""
 from typing import TYPE_CHECKING, Any
 
 from store.engine import Synchronous
-from store.feed import CommittedEvent, SessionCommit
+from store.feed import CommittedEvent, SessionCommit, SessionWatch
 from store.integrity import IntegrityCheck
 from store.opening import StoreOptions
 from store.records import (
@@ -44,6 +44,7 @@ __all__ = [
     "RecoveryReport",
     "SessionCommit",
     "SessionRecord",
+    "SessionWatch",
     "SinkKind",
     "SpawnResult",
     "Store",

@@ -1,10 +1,11 @@
 """Where each commit of this process's writer is published, once, to everyone who listens.
 
 Run on the writer thread right after the commit (``GroupCommitWriter(on_commit=...)``), in this
-order: the commands it finished are counted (metrics); the session feeds get the events and
-finished records of the sessions they watch (store/feed.py); the waiters of the commands it
-finished get their records (store/command_waits.py); then the listeners told only which
-sessions appended and which commands finished (delivery, the subagent bridge, the async API).
+order: the commands it finished are counted (metrics); the session feeds' mailboxes get the
+events and finished records of the sessions they watch (store/feed.py); the waiters of the
+commands it finished get their records (store/command_waits.py); then the listeners told only
+which sessions appended and which commands finished (delivery, the subagent bridge, the async
+API).
 Listeners must be short: hand the work to another thread or loop.
 """
 
@@ -16,7 +17,7 @@ from concurrent.futures import Future
 
 from store import telemetry
 from store.command_waits import CommandWaits
-from store.feed import FeedListener, SessionFeeds
+from store.feed import WATCH_LIMIT, Keep, SessionFeeds, SessionWatch, Wake
 from store.records import CommandRecord
 from store.write_context import Commit
 
@@ -38,9 +39,15 @@ class CommitFeed:
         return self._add(self._finished, listener)
 
     def watch(
-        self, session_id: str, listener: FeedListener, last_seq: int | None
-    ) -> Callable[[], None]:
-        return self.sessions.watch(session_id, listener, last_seq)
+        self,
+        session_id: str,
+        wake: Wake,
+        last_seq: int | None,
+        limit: int = WATCH_LIMIT,
+        keep: Keep | None = None,
+        finished: bool = True,
+    ) -> SessionWatch:
+        return self.sessions.watch(session_id, wake, last_seq, limit, keep, finished)
 
     def expect(self, command_id: str) -> Future[CommandRecord]:
         return self.commands.expect(command_id)

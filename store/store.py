@@ -22,7 +22,7 @@ from store import hot_sql as hot
 from store import ops, queries
 from store.commit_feed import CommitFeed
 from store.driver_errors import as_damaged, is_damage
-from store.feed import CommittedEvent, FeedListener
+from store.feed import WATCH_LIMIT, CommittedEvent, Keep, SessionWatch, Wake
 from store.location import Backend, StoreLocation, locate
 from store.opening import StoreOptions, open_engines
 from store.ownership import this_owner
@@ -69,9 +69,9 @@ class Store:
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._commits = CommitFeed()  # every commit, published once (store/commit_feed.py)
-        if location.backend is Backend.POSTGRESQL:
-            self._commits.sessions.read_after = self._events_after
-            self._commits.sessions.read_finished = self._finished_since
+        # What a session watcher that fell behind, or saw another writer's commit, reads.
+        self._commits.sessions.read_after = self._events_after
+        self._commits.sessions.read_finished = self._finished_since
         # Minted when the store was created; event ids are unique within it (see 0007).
         self.identity = ""
         if location.backend is Backend.POSTGRESQL:
@@ -180,19 +180,29 @@ class Store:
         commands reached a final state."""
         return self._commits.on_finished(listener)
 
-    def watch_session(self, session_id: str, listener: FeedListener) -> Callable[[], None]:
-        """Call ``listener(SessionCommit)`` on the writer thread after each commit that
-        appended events to ``session_id`` or finished one of its commands: the committed
-        events and records themselves, in commit order (store/feed.py). On PostgreSQL also
-        what other nodes commit for it (on the listener's thread, read back once their
-        notification arrives). Returns the function that stops it."""
+    def watch_session(
+        self,
+        session_id: str,
+        wake: Wake,
+        limit: int = WATCH_LIMIT,
+        keep: Keep | None = None,
+        finished: bool = True,
+    ) -> SessionWatch:
+        """A mailbox of each commit that appends events to ``session_id`` or finishes one of
+        its commands, from now on: ``wake()`` is called on the writer thread when it stops
+        being empty (keep it as short as ``call_soon_threadsafe``), and ``take()`` on the
+        watcher's own thread returns the committed events and records themselves, in commit
+        order (store/feed.py). ``keep`` picks the events wanted, ``finished=False`` leaves
+        the finished commands out: what is not wanted never wakes the watcher. On
+        PostgreSQL it also gets what other nodes commit for it, read back once their
+        notification arrives. ``close()`` stops it."""
         last: int | None = None
         if self.backend is Backend.POSTGRESQL:
             row = self.read_raw(
                 lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone()
             )
             last = None if row is None else int(row[0])
-        return self._commits.watch(session_id, listener, last)
+        return self._commits.watch(session_id, wake, last, limit, keep, finished)
 
     def expect_command(self, command_id: str) -> Future[CommandRecord]:
         """A future resolved with the command's record by the commit of this process that

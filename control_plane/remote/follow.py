@@ -2,23 +2,23 @@
 with its event position, once each and in commit order; and the outcome of each prompt this
 connection is waiting for, told only after that prompt's updates were passed on.
 
-Threads: the store calls ``_on_commit`` on its writer thread; the rest runs on the server's
+Threads: the store wakes ``_on_commit`` on its writer thread (the session's mailbox stopped
+being empty, store/feed.py); the rest, the take from the mailbox too, runs on the server's
 loop. Opening reads the log above a position first (the catch-up) while commits already
-arrive and wait; they are then passed on above the last position read, so there is no gap
-and no repeat however the two overlap.
+arrive and wait in the mailbox; they are then passed on above the last position read, so
+there is no gap and no repeat however the two overlap.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 from control_plane.api import ControlPlane
 from control_plane.remote.frames import FrameCache, Frames
 from state_machines import COMMAND_MACHINE
 from state_machines.event_kinds import EventKind
-from store import CommandRecord, SessionCommit
+from store import CommandRecord, SessionCommit, SessionWatch
 
 Send = Callable[[str, Frames], None]
 
@@ -30,10 +30,8 @@ class SessionFollow:
         self.session_id = session_id
         self._send = send
         self._loop = asyncio.get_running_loop()
-        self._lock = threading.Lock()
-        self._arrived: list[SessionCommit] = []
-        self._wake_pending = False
-        self._unwatch: Callable[[], None] | None = None
+        self._watch: SessionWatch | None = None
+        self._reading: asyncio.Task[None] | None = None  # a take reading the log
         self.position = 0  # the last event passed on (or skipped as not an update)
         self._caught_up = False
         # While > 0 (a prompt of this connection is being enqueued, its command id not yet
@@ -50,7 +48,7 @@ class SessionFollow:
         replayed): the stored rest first, then live. With ``hold``, nothing is passed on
         until ``release``. Returns the position reached."""
         self._held = hold
-        self._unwatch = self._cp.watch_session(self.session_id, self._on_commit)
+        self._watch = self._cp.watch_session(self.session_id, self._on_commit)
         if after is None:
             latest = await asyncio.to_thread(self._cp.latest_event, self.session_id, ())
             self.position = 0 if latest is None else latest.seq
@@ -69,9 +67,9 @@ class SessionFollow:
             self._send(self.session_id, pairs)
 
     def close(self) -> None:
-        if self._unwatch is not None:
-            self._unwatch()
-            self._unwatch = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         for waiter in self._waiting.values():
             if not waiter.done():
                 waiter.cancel()
@@ -114,35 +112,35 @@ class SessionFollow:
 
     # -- commits -------------------------------------------------------------------------------
 
-    def _on_commit(self, share: SessionCommit) -> None:  # store writer thread
-        with self._lock:
-            self._arrived.append(share)
-            if self._wake_pending:
-                return
-            self._wake_pending = True
+    def _on_commit(self) -> None:  # store writer thread: the mailbox stopped being empty
         self._loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
-        if not self._caught_up or self._held or self._submitting:
-            with self._lock:
-                self._wake_pending = False
+        if not self._caught_up or self._held or self._submitting or self._watch is None:
+            return  # what arrived waits in the mailbox: whatever ends the wait drains it
+        if self._reading is not None:
+            return  # a take that reads the log is under way; it drains again when done
+        if self._watch.reads_log:
+            self._reading = self._loop.create_task(self._read_then_drain(self._watch))
             return
-        with self._lock:
-            shares, self._arrived = self._arrived, []
-            self._wake_pending = False
-        pairs: Frames = []
-        finished: list[CommandRecord] = []
-        for share in shares:
-            fresh = [e for e in share.events if e.seq > self.position]
-            if fresh:
-                self.position = fresh[-1].seq
-            shown = [
-                e for e in fresh if e.kind != EventKind.PROMPT or e.command_id not in self._own
-            ]
-            pairs.extend(self._frames.frames(self.session_id, shown))
-            finished.extend(share.finished)
-        self._emit(pairs)
-        for record in finished:
+        self._pass_on(self._watch.take())
+
+    async def _read_then_drain(self, watch: SessionWatch) -> None:
+        try:
+            share = await asyncio.to_thread(watch.take)
+        finally:
+            self._reading = None
+        if self._watch is watch:
+            self._pass_on(share)
+            self._drain()
+
+    def _pass_on(self, share: SessionCommit) -> None:
+        fresh = [e for e in share.events if e.seq > self.position]
+        if fresh:
+            self.position = fresh[-1].seq
+        shown = [e for e in fresh if e.kind != EventKind.PROMPT or e.command_id not in self._own]
+        self._emit(self._frames.frames(self.session_id, shown))
+        for record in share.finished:
             waiter = self._waiting.pop(record.id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(record)

@@ -259,7 +259,7 @@ class ServeAgent:
         blocks = [b.model_dump(by_alias=True, exclude_none=True) for b in prompt]
         feed = TurnFeed(asyncio.get_running_loop())
         # Watch before enqueueing: every event of the new command is committed after this.
-        unwatch = self.cp.watch_session(session_id, feed.on_commit)
+        feed.watch = watch = self.cp.watch_session(session_id, feed.wake)
         try:
             try:
                 command = await asyncio.wrap_future(
@@ -270,7 +270,7 @@ class ServeAgent:
             assert self.out is not None
             outcome = await stream_turn(self.cp, self.out, command, feed)
         finally:
-            unwatch()
+            watch.close()
         return prompt_response(outcome)
 
     async def cancel(self, session_id: str, **_: Any) -> None:

@@ -42,8 +42,8 @@ async def stream_turn(
         if command.state in COMMAND_MACHINE.final:
             return Outcome.of(command)
     while True:
-        shares = await feed.next(FEED_CHECK_S)
-        if shares is None:
+        share = await feed.next(FEED_CHECK_S)
+        if share is None:
             # Nothing committed for a while: a long turn, or a turn that ended without this
             # watcher being told (it cannot, but a hung prompt would be worse).
             current = await asyncio.to_thread(cp.command, command_id)
@@ -51,12 +51,10 @@ async def stream_turn(
                 continue
             await _forward_stored(cp, out, session_id, command_id, last)
             return Outcome.of(current)
-        events = [event for share in shares for event in share.events]
-        last = await forward(out, session_id, command_id, events, last)
-        for share in shares:
-            for record in share.finished:
-                if record.id == command_id:
-                    return Outcome.of(record)
+        last = await forward(out, session_id, command_id, share.events, last)
+        for record in share.finished:
+            if record.id == command_id:
+                return Outcome.of(record)
 
 
 async def _forward_stored(

@@ -3,9 +3,10 @@ prompts: the agent getting ready (``session/new`` answers with what the agent of
 the updates that belong to no prompt (``available_commands_update`` right after
 ``session/new``, ``current_mode_update``, config and session info updates), forwarded live.
 
-Threads: the store calls ``_on_commit`` on its writer thread; everything else runs on serve's
-own loop. Updates of a session whose ``session/new`` has not been answered yet are held and
-sent after the answer (a client cannot place updates of a session it does not know).
+Threads: the store wakes ``_on_commit`` on its writer thread (the session's mailbox stopped
+being empty); everything else, the take from the mailbox too, runs on serve's own loop.
+Updates of a session whose ``session/new`` has not been answered yet are held and sent after
+the answer (a client cannot place updates of a session it does not know).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from control_plane.api import ControlPlane
 from protocol.face.replay import update_of
 from state_machines.event_kinds import EventKind
-from store import CommittedEvent, EventRecord, SessionCommit
+from store import CommittedEvent, EventRecord, SessionWatch
 
 # The outcome of an agent start: ready (with what it offers) or refused.
 SETUP_KINDS = (EventKind.AGENT_STARTED, EventKind.AGENT_START_FAILED)
@@ -26,12 +27,20 @@ Send = Callable[[str, list[dict[str, Any]]], Coroutine[Any, Any, None]]
 SetupEvent = EventRecord | CommittedEvent
 
 
+def _wanted(event: CommittedEvent) -> bool:
+    """Agent starts, and the updates of no prompt (a prompt's own are the turn's stream)."""
+    return event.kind in SETUP_KINDS or (
+        event.command_id is None and event.kind == EventKind.SESSION_UPDATE
+    )
+
+
 class SessionWatches:
     def __init__(self, cp: ControlPlane, loop: asyncio.AbstractEventLoop, send: Send) -> None:
         self._cp = cp
         self._loop = loop
         self._send = send
-        self._unwatch: dict[str, Callable[[], None]] = {}
+        self._watches: dict[str, SessionWatch] = {}
+        self._reading: set[str] = set()  # sessions whose take is reading the log
         self._held: dict[str, list[dict[str, Any]]] = {}
         self._waiting: dict[str, list[asyncio.Future[SetupEvent]]] = {}
         self._sending: set[asyncio.Task[None]] = set()
@@ -40,9 +49,9 @@ class SessionWatches:
         """Follow the session (once); with ``hold``, keep its updates until ``release``."""
         if hold:
             self._held.setdefault(session_id, [])
-        if session_id not in self._unwatch:
-            self._unwatch[session_id] = self._cp.watch_session(
-                session_id, lambda share: self._on_commit(session_id, share)
+        if session_id not in self._watches:
+            self._watches[session_id] = self._cp.watch_session(
+                session_id, lambda: self._on_commit(session_id), keep=_wanted, finished=False
             )
 
     def release(self, session_id: str) -> None:
@@ -52,9 +61,9 @@ class SessionWatches:
             self._forward(session_id, held)
 
     def close(self) -> None:
-        for unwatch in self._unwatch.values():
-            unwatch()
-        self._unwatch.clear()
+        for watch in self._watches.values():
+            watch.close()
+        self._watches.clear()
 
     async def setup(self, session_id: str, timeout: float, after_seq: int = 0) -> SetupEvent:
         """The session's first ``agent_started`` / ``agent_start_failed`` after ``after_seq``,
@@ -82,19 +91,30 @@ class SessionWatches:
 
     # -- from the writer thread --------------------------------------------------------------
 
-    def _on_commit(self, session_id: str, share: SessionCommit) -> None:
-        wanted = [
-            e
-            for e in share.events
-            if e.kind in SETUP_KINDS
-            or (e.command_id is None and e.kind == EventKind.SESSION_UPDATE)
-        ]
-        if wanted:
-            self._loop.call_soon_threadsafe(self._take, session_id, wanted)
+    def _on_commit(self, session_id: str) -> None:
+        self._loop.call_soon_threadsafe(self._take, session_id)
 
     # -- on serve's loop ---------------------------------------------------------------------
 
-    def _take(self, session_id: str, events: list[CommittedEvent]) -> None:
+    def _take(self, session_id: str) -> None:
+        watch = self._watches.get(session_id)
+        if watch is None or session_id in self._reading:
+            return  # closed meanwhile, or a take reading the log takes again when done
+        if watch.reads_log:  # the store read goes to a worker thread; later ones wait
+            self._reading.add(session_id)
+            self._forward_task(self._read_then_take(session_id, watch))
+            return
+        self._pass_on(session_id, watch.take().events)
+
+    async def _read_then_take(self, session_id: str, watch: SessionWatch) -> None:
+        try:
+            events = (await watch.take_async()).events
+        finally:
+            self._reading.discard(session_id)
+        self._pass_on(session_id, events)
+        self._take(session_id)
+
+    def _pass_on(self, session_id: str, events: list[CommittedEvent]) -> None:
         updates: list[dict[str, Any]] = []
         for event in events:
             if event.kind in SETUP_KINDS:
@@ -111,6 +131,9 @@ class SessionWatches:
             self._forward(session_id, updates)
 
     def _forward(self, session_id: str, updates: list[dict[str, Any]]) -> None:
-        task = self._loop.create_task(self._send(session_id, updates))
+        self._forward_task(self._send(session_id, updates))
+
+    def _forward_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = self._loop.create_task(work)
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ import pytest
 
 from control_plane import CommandState, ControlPlane, Placement, SessionState
 from protocol.agent.proc_tree import MARKER_ENV
-from store import SessionCommit, Store
+from store import Store
 from tests.conftest import eventually, live_pids
 from tests.nodes.conftest import DISCOVER_S, LEASE_S, Fleet
 from tests.support.cp_harness import FAST, example_agent
@@ -346,19 +347,35 @@ def test_a_watcher_on_another_node_follows_the_turn_as_it_is_committed(fleet: Fl
         assert b.wait(spawned.command.id, 60).ok
         sid = spawned.session.id
 
-        def on_commit(share: SessionCommit) -> None:
-            shares.append(
-                (time.monotonic(), [e.seq for e in share.events], [r.id for r in share.finished])
-            )
+        woken = threading.Event()
+        watch = b.watch_session(sid, woken.set)
+        stop = threading.Event()
 
-        unwatch = b.watch_session(sid, on_commit)
+        def take_on_wake() -> None:  # the watcher's own thread
+            while not stop.is_set():
+                if woken.wait(0.05):
+                    woken.clear()
+                    share = watch.take()
+                    if share.events or share.finished:
+                        shares.append(
+                            (
+                                time.monotonic(),
+                                [e.seq for e in share.events],
+                                [r.id for r in share.finished],
+                            )
+                        )
+
+        taker = threading.Thread(target=take_on_wake, daemon=True)
+        taker.start()
         try:
             turn = b.prompt(sid, "#chunks=30 #delay=100 streamed", idempotency_key="s")
             assert b.wait(turn.id, 60).ok
             ended_at = time.monotonic()
             eventually(lambda: any(turn.id in f for _, _, f in shares), 10, "the end handed on")
         finally:
-            unwatch()
+            stop.set()
+            taker.join(5)
+            watch.close()
         assert b.get(sid).owner != b._supervisor.me  # a ran it: everything came from a
     seqs = [s for _, batch, _ in shares for s in batch]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), seqs  # once each, in order

@@ -112,7 +112,7 @@ PINNED_CONTROL_PLANE = [
 PINNED_STORE_ALL = [
     *("AgentSpec", "AsyncReader", "BindingRecord", "BindingSpec", "CommandKind"),
     *("CommandRecord", "CommittedEvent", "EnqueueResult", "EventRecord", "IntegrityCheck"),
-    *("NewEvent", "RecoveryReport", "SessionCommit", "SessionRecord", "SinkKind"),
+    *("NewEvent", "RecoveryReport", "SessionCommit", "SessionRecord", "SessionWatch", "SinkKind"),
     *("SpawnResult", "Store", "StoreOptions", "SubagentLimits", "Synchronous"),
 ]
 
