@@ -6,6 +6,7 @@ from enum import StrEnum
 from typing import Any
 
 from state_machines.command import COMMAND_MACHINE
+from state_machines.recorder import RECORDER_MACHINE
 from state_machines.session import SESSION_MACHINE
 from state_machines.table import TransitionTable
 
@@ -41,6 +42,7 @@ def _section(title: str, table: TransitionTable[Any, Any], events: type[StrEnum]
 def state_machines_markdown() -> str:
     """The whole generated ``docs/state-machines.md``."""
     from state_machines.command import CommandEvent
+    from state_machines.recorder import RecorderEvent
     from state_machines.session import SessionEvent
 
     header = (
@@ -56,6 +58,8 @@ def state_machines_markdown() -> str:
         + _section("Session", SESSION_MACHINE, SessionEvent)
         + "\n"
         + _section("Command (run)", COMMAND_MACHINE, CommandEvent)
+        + "\n"
+        + _section("Event recorder (write pipeline)", RECORDER_MACHINE, RecorderEvent)
     )
 
 

@@ -19,6 +19,13 @@ commits opens the way for the next one or two frames to go alone, each costing a
 never wait for it; a session actor flushes when it stops its agent, so nothing held back is
 left behind at shutdown.
 
+The write pipeline's state is the table in ``state_machines/recorder.py`` (``idle``, ``armed``,
+``in_flight``, ``failed``); every change of it goes through that table. The state and the
+buffer are shared by the protocol loop (frames handed over, the interval timer), the actor
+thread (``flush_future``, ``write_after``) and the writer thread (a write's completion)
+under one lock: posting completions back to the loop instead would add a thread hand-off to
+every flush and outcome on the turn's critical path.
+
 The recorder also keeps the running turn's message text (``take_text``), read from the
 frames as they pass, so the outcome does not read the turn back from the log.
 """
@@ -37,6 +44,7 @@ from actors import telemetry
 from actors.session.text import TurnText
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
+from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
 from store import NewEvent, Store, ops
 from store.writer import WriteContext
 
@@ -52,7 +60,7 @@ class StoreRecorder:
         self._store = store
         self._min_interval_s = min_interval_s
         self._last_submit = 0.0  # monotonic time of the last write's submission
-        self._armed = False  # a write is waiting for the interval (a timer on the loop)
+        self._state = RecorderState.IDLE  # the write pipeline (state_machines/recorder.py)
         self._urgent = False  # something pending must not wait for the interval
         self._loop: asyncio.AbstractEventLoop | None = None  # the tap's loop, for the timer
         self.session_id = session_id
@@ -61,10 +69,10 @@ class StoreRecorder:
         self._lock = threading.Lock()
         self._buffer: list[Frame] = []
         self._after: list[After] = []
-        self._in_flight = False
         self._handed = 0
         self._durable = 0
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # why the pipeline failed
+        self._dropped = 0  # frames handed over after it failed (not written)
         self._retry_delay = 0.0  # the backoff while the store refuses writes (0: it takes them)
         self._waiters: list[tuple[int, Future[None]]] = []
         self._text = TurnText()
@@ -98,8 +106,11 @@ class StoreRecorder:
     @property
     def failed(self) -> bool:
         """A write of frames failed: what follows cannot be ordered behind them."""
-        with self._lock:
-            return self._error is not None
+        return self._state is RecorderState.FAILED
+
+    @property
+    def state(self) -> RecorderState:
+        return self._state
 
     def take_text(self) -> str:
         """The running turn's message text so far (and start the next turn's)."""
@@ -116,7 +127,7 @@ class StoreRecorder:
                 future.set_result(None)
                 return future
             self._waiters.append((self._handed, future))
-            if self._in_flight or not self._buffer:
+            if self._state is RecorderState.IN_FLIGHT or not self._buffer:
                 return future
             batch, after = self._take_pending()  # a flush does not wait for the interval
         self._submit(batch, after)
@@ -133,7 +144,7 @@ class StoreRecorder:
                 future.set_exception(self._error)
                 return future
             self._after.append((fn, future))
-            if self._in_flight:
+            if self._state is RecorderState.IN_FLIGHT:
                 return future
             batch, after = self._take_pending()
         self._submit(batch, after)
@@ -141,13 +152,23 @@ class StoreRecorder:
 
     def _hand_over(self, events: list[tuple[str, str, Any]], urgent: bool = False) -> None:
         with self._lock:
+            if self._state is RecorderState.FAILED:
+                # Frames after lost ones would leave an unmarked hole behind them in the log.
+                if not self._dropped:
+                    log.error(
+                        "session %s: not recording events after a failed write (%s)",
+                        self.session_id,
+                        self._error,
+                    )
+                self._dropped += len(events)
+                return
             command_id = self.command_id
             self._buffer.extend((command_id, event) for event in events)
             self._handed += len(events)
-            if self._in_flight:
+            if self._state is RecorderState.IN_FLIGHT:
                 self._urgent = self._urgent or urgent
                 return  # the write in flight takes these along when it is done
-            if self._armed and not urgent:
+            if self._state is RecorderState.ARMED and not urgent:
                 return  # the armed timer takes these along
             wait = 0.0 if urgent else self._interval_left()
             if wait > 0:
@@ -156,31 +177,37 @@ class StoreRecorder:
                 except RuntimeError:
                     pass  # not on a loop (a test, a host thread): no timer, no wait
                 else:
-                    self._armed = True
+                    self._to(RecorderEvent.HOLD)
                     self._loop.call_later(wait, self._interval_over)
                     return
             batch, after = self._take_pending()
         self._submit(batch, after)
+
+    def _to(self, event: RecorderEvent) -> None:
+        """(Under the lock.) The pipeline's next state, by the table."""
+        self._state = RECORDER_MACHINE.next_state(self._state, event, self.session_id)
 
     def _interval_left(self) -> float:
         return self._last_submit + self._min_interval_s - time.monotonic()
 
     def _interval_over(self) -> None:
         with self._lock:
-            self._armed = False
-            if self._in_flight:
+            if self._state is not RecorderState.ARMED:
                 return  # a flush or write_after went first; its completion takes the rest
             batch, after = self._take_pending()
-        if batch or after:
-            self._submit(batch, after)
+            if not (batch or after):
+                self._to(RecorderEvent.TIMER_EMPTY)
+                return
+        self._submit(batch, after)
 
     def _take_pending(self) -> tuple[list[Frame], list[After]]:
-        """Everything waiting, for the next write (under the lock); marks it in flight."""
+        """Everything waiting, for the next write (under the lock); when there is any, the
+        write is in flight from now on."""
         batch, after = self._buffer, self._after
         self._buffer, self._after = [], []
         self._urgent = False
-        self._in_flight = bool(batch or after)
-        if self._in_flight:
+        if batch or after:
+            self._to(RecorderEvent.SUBMIT)
             self._last_submit = time.monotonic()
         return batch, after
 
@@ -216,8 +243,7 @@ class StoreRecorder:
         with self._lock:
             self._buffer[:0] = written
             self._after[:0] = after
-            self._in_flight = False
-            self._armed = True  # new frames wait for the retry: it takes them along
+            self._to(RecorderEvent.REFUSED)  # new frames wait for the retry: it takes them
             loop = self._loop
         delay = self._retry_delay
         if loop is not None and loop.is_running():
@@ -253,29 +279,42 @@ class StoreRecorder:
         if self._retry_delay:
             log.info("recording events of session %s works again", self.session_id)
             self._retry_delay = 0.0
+        lost: list[After] = []
         with self._lock:
             if exc is not None and count:
                 log.error("recording events of session %s failed: %s", self.session_id, exc)
                 self._error = exc
-            self._durable += count
-            ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
-            self._waiters = [w for w in self._waiters if w not in ready]
-            wait, loop = self._interval_left(), self._loop
-            if (
-                wait > 0
-                and loop is not None
-                and loop.is_running()
-                and self._buffer
-                and not (self._after or self._waiters or self._armed or self._urgent)
-            ):
-                # Updates that came in during the write wait out the interval too (nobody
-                # is waiting for them): the next write takes whatever arrives meanwhile.
-                self._armed, self._in_flight = True, False
+                self._to(RecorderEvent.LOST)
+                # Nothing is written behind lost frames: whoever waits fails with them.
+                ready, self._waiters = self._waiters, []
+                lost, self._after = self._after, []
+                self._dropped += len(self._buffer)
+                self._buffer = []
                 batch: list[Frame] = []
                 more: list[After] = []
+                wait, loop = 0.0, None
             else:
-                loop = None
-                batch, more = self._take_pending()
+                self._durable += count
+                ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
+                self._waiters = [w for w in self._waiters if w not in ready]
+                wait, loop = self._interval_left(), self._loop
+                if (
+                    wait > 0
+                    and loop is not None
+                    and loop.is_running()
+                    and self._buffer
+                    and not (self._after or self._waiters or self._urgent)
+                ):
+                    # Updates that came in during the write wait out the interval too
+                    # (nobody is waiting for them): the next write takes whatever arrives
+                    # meanwhile.
+                    self._to(RecorderEvent.HOLD)
+                    batch, more = [], []
+                else:
+                    loop = None
+                    batch, more = self._take_pending()
+                    if not (batch or more):
+                        self._to(RecorderEvent.WRITTEN)
         # Callers first: what comes next (a timer, the next write) must not keep them waiting.
         for _, waiter in ready:
             if exc is not None:
@@ -288,6 +327,8 @@ class StoreRecorder:
                 caller.set_result(value)
             else:
                 caller.set_exception(value)
+        for _, caller in lost:
+            caller.set_exception(exc or StoreUnavailable("the recorder failed"))
         if loop is not None:
             try:
                 loop.call_soon_threadsafe(loop.call_later, wait, self._interval_over)
