@@ -36,6 +36,16 @@ HANDOFFS = Counter(
     "In-process thread hand-offs (bench/handoffs.py), by primitive and posting thread.",
     ["primitive", "thread"],
 )
+
+
+def _what(item: Any) -> str:
+    """What is handed over: a callback's name, an executor work item's function, a type."""
+    fn = getattr(item, "fn", None) or getattr(item, "_fn", None) or item  # a work item's
+    fn = getattr(fn, "func", fn)  # functools.partial
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return str(name)
+
+
 _DIGITS = re.compile(r"\d+")
 
 
@@ -45,7 +55,7 @@ def _poster() -> str:
 
 class _CountingSimpleQueue(queue.SimpleQueue):  # type: ignore[type-arg]
     def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
-        HANDOFFS.labels("SimpleQueue.put", _poster()).inc()
+        HANDOFFS.labels(f"SimpleQueue.put {_what(item)}", _poster()).inc()
         super().put(item, block, timeout)
 
     def put_nowait(self, item: Any) -> None:
@@ -60,7 +70,7 @@ def install() -> None:
 
     def counted_call_soon_threadsafe(self: Any, callback: Any, *args: Any, **kw: Any) -> Any:
         if getattr(self, "_thread_id", None) != threading.get_ident():
-            HANDOFFS.labels("call_soon_threadsafe", _poster()).inc()
+            HANDOFFS.labels(f"call_soon_threadsafe {_what(callback)}", _poster()).inc()
         return call_soon_threadsafe(self, callback, *args, **kw)
 
     base.call_soon_threadsafe = counted_call_soon_threadsafe  # type: ignore[method-assign,assignment]

@@ -103,6 +103,11 @@ class SubagentBridge:
         loop = asyncio.get_running_loop()
 
         def finished(command_ids: set[str]) -> None:  # on the store's writer thread
+            # Only commands somebody waits for wake the loop (one hand-off per finished
+            # command otherwise, in every process, subagents or not). A wait registers
+            # before its first read, so a finish it misses here, it reads.
+            if not any(command_id in self._watches for command_id in command_ids):
+                return
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(self._wake, command_ids)
 
