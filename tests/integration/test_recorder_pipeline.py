@@ -5,7 +5,6 @@ final."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,9 @@ from state_machines import StaleEpoch
 from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
 from store import Store
 from tests.conftest import AGENT
+from tests.support.update_frames import chunk_frame
 
 PROMPT = [{"type": "text", "text": "hello"}]
-
-
-def _frame(i: int) -> tuple[str, dict[str, Any]]:
-    message = {
-        "jsonrpc": "2.0",
-        "method": "session/update",
-        "params": {
-            "sessionId": "acp-1",
-            "update": {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": f"c{i} "},
-            },
-        },
-    }
-    return json.dumps(message), message
 
 
 class Traced(StoreRecorder):
@@ -71,11 +56,11 @@ def test_a_turn_goes_idle_armed_in_flight_and_back_to_idle(store: Store, tmp_pat
     recorder = Traced(store, sid, min_interval_s=0.3)
 
     async def run() -> None:
-        recorder.updates([_frame(0)])  # nothing written for a while: goes at once
+        recorder.updates([chunk_frame(0)])  # nothing written for a while: goes at once
         await asyncio.wrap_future(recorder.flush_future())
-        recorder.updates([_frame(1)])  # within the interval: waits on a timer
+        recorder.updates([chunk_frame(1)])  # within the interval: waits on a timer
         assert recorder.state is RecorderState.ARMED
-        recorder.updates([_frame(2)])  # the armed timer takes it along
+        recorder.updates([chunk_frame(2)])  # the armed timer takes it along
         while _state(recorder) is not RecorderState.IDLE or _updates(store, sid) < 3:
             await asyncio.sleep(0.01)
 
@@ -95,11 +80,11 @@ def test_a_lost_write_fails_the_pipeline_for_good(store: Store, tmp_path: Path) 
     sid = spawned.session.id
     recorder = Traced(store, sid)
     recorder.epoch = 999  # not the session's epoch: every write of frames is refused
-    recorder.updates([_frame(0)])
+    recorder.updates([chunk_frame(0)])
     with pytest.raises(StaleEpoch):
         recorder.flush_future().result(30)
     assert recorder.failed and recorder.state is RecorderState.FAILED
-    recorder.updates([_frame(1)])  # dropped: it would follow the lost frame
+    recorder.updates([chunk_frame(1)])  # dropped: it would follow the lost frame
     recorder.epoch = None
     with pytest.raises(StaleEpoch):
         recorder.flush_future().result(1)

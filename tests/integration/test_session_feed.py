@@ -5,7 +5,6 @@ A real store each time, on each backend."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from pathlib import Path
@@ -18,23 +17,9 @@ from state_machines import CommandState, IllegalTransition
 from store import NewEvent, SessionCommit, Store, ops
 from store.writer import WriteContext
 from tests.conftest import AGENT
+from tests.support.update_frames import chunk_frame
 
 PROMPT = [{"type": "text", "text": "hello"}]
-
-
-def _frame(i: int) -> tuple[str, dict[str, Any]]:
-    message = {
-        "jsonrpc": "2.0",
-        "method": "session/update",
-        "params": {
-            "sessionId": "acp-1",
-            "update": {
-                "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": f"c{i} "},
-            },
-        },
-    }
-    return json.dumps(message), message
 
 
 class Collect:
@@ -259,7 +244,7 @@ def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
     recorder = StoreRecorder(store, sid)
     recorder.command_id = cid
     for i in range(300):  # some land in flight, the rest wait for the next write
-        recorder.updates([_frame(i)])
+        recorder.updates([chunk_frame(i)])
 
     def outcome(ctx: WriteContext) -> str:
         ops.append_events(ctx, sid, cid, [NewEvent("turn_ended", {})])
@@ -280,13 +265,13 @@ def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
     recorder = StoreRecorder(store, sid)
     recorder.command_id = cid
     for i in range(5):
-        recorder.updates([_frame(i)])
+        recorder.updates([chunk_frame(i)])
     failed = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {}))  # still queued
     with pytest.raises(IllegalTransition):
         failed.result(30)
     assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
     assert not recorder.failed  # the frames committed: recording goes on
-    recorder.updates([_frame(5)])
+    recorder.updates([chunk_frame(5)])
     recorder.flush_future().result(30)
     assert _kinds_after_spawn(store, sid) == ["session_update"] * 6
 
@@ -302,17 +287,17 @@ def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
     recorder.command_id = cid
 
     async def run() -> tuple[int, int, float]:
-        recorder.updates([_frame(0)])  # nothing written for a while: goes at once
+        recorder.updates([chunk_frame(0)])  # nothing written for a while: goes at once
         recorder.flush_future().result(30)
         batches_before = store.commit_stats[0]
         for i in range(1, 6):  # within the interval: held back, then one write
-            recorder.updates([_frame(i)])
+            recorder.updates([chunk_frame(i)])
             await asyncio.sleep(0.01)
         held = store.commit_stats[0] - batches_before
         await asyncio.sleep(0.7)  # the interval passes: the held updates are written
         recorder.flush_future().result(30)
         grouped = store.commit_stats[0] - batches_before
-        recorder.updates([_frame(6)])  # within the interval of that write again
+        recorder.updates([chunk_frame(6)])  # within the interval of that write again
         started = time.monotonic()
         done = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {"text": "t"}))
         await asyncio.wrap_future(done)
@@ -335,13 +320,13 @@ def test_recorder_interval_never_holds_back_a_flush_or_a_lifecycle_event(
     recorder.command_id = cid
 
     async def run() -> tuple[float, float]:
-        recorder.updates([_frame(0)])  # goes at once, starts the interval
+        recorder.updates([chunk_frame(0)])  # goes at once, starts the interval
         recorder.flush_future().result(30)
-        recorder.updates([_frame(1)])  # held: the timer is armed for ~5 s
+        recorder.updates([chunk_frame(1)])  # held: the timer is armed for ~5 s
         started = time.monotonic()
         await asyncio.wrap_future(recorder.flush_future())
         flushed_after = time.monotonic() - started
-        recorder.updates([_frame(2)])  # held again
+        recorder.updates([chunk_frame(2)])  # held again
         started = time.monotonic()
         recorder.event("agent_exited", {"exitCode": 1})
         while len(_kinds_after_spawn(store, sid)) < 4:
