@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
 from state_machines import BudgetExceeded, outcome_status
 from store.records import CommandKind, CommandRecord
+
+if TYPE_CHECKING:
+    from store.usage import Usage
 
 COMMIT_SECONDS = Histogram(
     "acpctl_store_commit_seconds",
@@ -48,6 +52,13 @@ BUDGET_STOPS = Counter(
 TOKENS = Counter(
     "acpctl_tokens_total", "Tokens agents reported, by kind (input, output).", ["kind"]
 )
+
+
+def tokens_counted(used: Usage) -> None:
+    """A turn's tokens, counted after the commit that records them (``after_commit``)."""
+    TOKENS.labels("input").inc(used.input_tokens)
+    TOKENS.labels("output").inc(used.output_tokens)
+
 
 _SECONDS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 TURNS = Counter("acpctl_turns_total", "Finished prompt commands, by outcome status.", ["status"])

@@ -167,7 +167,9 @@ def stop(ctx: WriteContext, session_ids: Sequence[str], reached: BudgetStop) -> 
         )
         cancel_queued(ctx, sid, f"budget exceeded: {reached.budget}")
         append_events(ctx, sid, None, [NewEvent(EventKind.BUDGET_EXCEEDED, reached.to_json())])
-        telemetry.BUDGET_STOPS.labels(reached.budget).inc()
+        # Counted once the stop is committed: a PostgreSQL group retried after a
+        # serialization conflict runs this write again, and an isolated part may be undone.
+        ctx.after_commit(telemetry.BUDGET_STOPS.labels(reached.budget).inc)
         stopped.append(sid)
     return stopped
 
@@ -192,8 +194,7 @@ def add_turn_usage(
     if used != Usage():  # an agent that reports nothing costs no write
         price = _price_of(ctx, session_id, reported, defaults.prices)
         _add(ctx, session_id, used, None, 0.0 if price is None else price.cost(used))
-        telemetry.TOKENS.labels("input").inc(used.input_tokens)
-        telemetry.TOKENS.labels("output").inc(used.output_tokens)
+        ctx.after_commit(lambda: telemetry.tokens_counted(used))  # once, when committed
     return check(ctx, session_id, budgets_of(ctx, session_id, defaults))
 
 

@@ -15,13 +15,18 @@ import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp.interfaces import Client as AcpClient
 from acp.schema import ClientCapabilities
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from control_plane import Budget, BudgetExceeded
 from control_plane.cli import app
 from control_plane.metrics import MetricsServer
-from tests.conftest import eventually
+from store import Store
+from store.ops import budgets
+from store.usage import BudgetStop
+from store.writer import WriteContext
+from tests.conftest import AGENT, eventually
 from tests.integration.test_serve import Client, _env
 from tests.support.cp_harness import example_agent, open_cp
 from tests.support.store_contents import nothing_stored
@@ -154,3 +159,29 @@ def test_a_bad_metrics_address_is_refused_before_anything_runs(
     assert result.exit_code == 2, result.output
     assert "HOST:PORT" in result.output
     assert nothing_stored(db)
+
+
+def test_a_budget_stop_is_counted_when_committed_and_not_when_undone(store: Store) -> None:
+    """The counter moves after the commit (``after_commit``), so a write that runs again (a
+    retried PostgreSQL group) or a part of one that is undone counts nothing twice or for
+    nothing."""
+    spawned = store.spawn(AGENT, "/tmp", None, None, None)
+    sid = spawned.session.id
+    reached = BudgetStop("session tokens", 1, 2)
+
+    def stops() -> float:
+        labels = {"budget": reached.budget}
+        return REGISTRY.get_sample_value("acpctl_budget_stops_total", labels) or 0.0
+
+    def undone(ctx: WriteContext) -> tuple[bool, object]:
+        def stop_then_fail(inner: WriteContext) -> None:
+            assert budgets.stop(inner, [sid], reached) == [sid]
+            raise ValueError("this part is undone")
+
+        return ctx.isolated(stop_then_fail)
+
+    before = stops()
+    ok, _ = store.write(undone)
+    assert not ok and stops() == before
+    assert store.write(lambda ctx: budgets.stop(ctx, [sid], reached)) == [sid]
+    assert stops() == before + 1
