@@ -55,14 +55,14 @@ class Waiters:
         event arrived for ``timeout`` seconds."""
         committed = threading.Event()
         # Only the wake-up is used: the events are read from the log with their ids (the
-        # mailbox is emptied each round, so it holds at most one round's commits).
+        # mailbox is emptied unread each round, so it holds at most one round's commits).
         watch = self._store.watch_session(session_id, committed.set, finished=False)
         try:
             last = after_seq
             idle_since = time.monotonic()
             while not self._closed.is_set():
                 committed.clear()  # before the read: a commit after it sets it again
-                watch.take()
+                watch.discard()
                 batch = self._store.events(session_id, last, 500)
                 for event in batch:
                     last = event.seq

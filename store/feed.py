@@ -151,6 +151,13 @@ class SessionWatch:
                     fresh.append(record)
         return SessionCommit(events=events, finished=fresh)
 
+    def discard(self) -> None:
+        """Empty the mailbox without reading anything: for a watcher that wants only the
+        wake-up and reads the log itself (``ControlPlane.events``)."""
+        with self._lock:
+            self._shares, self._queued, self._behind = [], 0, False
+            self._position = self._offered
+
     @property
     def reads_log(self) -> bool:
         """The next take reads the log (a loop takes it in a worker thread then)."""
