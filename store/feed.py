@@ -129,14 +129,18 @@ class SessionWatch:
         if behind and position is not None and self._feeds.read_after is not None:
             # The log has it all: what was dropped or never published here, and what was
             # queued meanwhile (a commit is published after it committed, so the read
-            # sees it; the next take skips what it handed on already).
+            # sees it; the next take skips what it handed on already). The finished
+            # commands are read first: a command's events commit with or before its end,
+            # so the events read after it have them all. (The other order can hand on an
+            # end whose last events committed between the two reads, and a turn's stream
+            # would stop without them.)
+            if self._wants_finished and self._feeds.read_finished is not None:
+                since = time.time() - _FINISHED_WINDOW_S
+                finished += self._feeds.read_finished(self.session_id, since)
             events = self._feeds.read_after(self.session_id, position)
             covered = events[-1].seq if events else position
             if self._keep is not None:
                 events = [e for e in events if self._keep(e)]
-            if self._wants_finished and self._feeds.read_finished is not None:
-                since = time.time() - _FINISHED_WINDOW_S
-                finished += self._feeds.read_finished(self.session_id, since)
         else:
             events = [e for share in shares for e in share.events]
         if position is not None:
