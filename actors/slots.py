@@ -44,6 +44,18 @@ class TurnSlots:
         self.request(session_id)
         return False
 
+    def take_if_free(self, session_id: str) -> bool:
+        """Take a slot only if ``try_take`` would at once; never queue for one (a prompt's
+        write claiming for an idle session: ``actors/session/claim_offer.py``)."""
+        with self._lock:
+            if session_id in self._holders:
+                return True
+            if self._waiting or len(self._holders) >= self.limit:
+                return False
+            self._holders.add(session_id)
+            self.peak = max(self.peak, len(self._holders))
+            return True
+
     def release(self, session_id: str) -> None:
         with self._lock:
             self._holders.discard(session_id)

@@ -24,7 +24,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pykka
@@ -34,18 +34,20 @@ from actors.agent_pool import AgentPool
 from actors.live_agents import LiveAgents
 from actors.node_lease import NodeLease
 from actors.session.actor import SessionActor
+from actors.session.claim_offer import PromptClaim
 from actors.session.deps import ActorDeps
 from actors.session.messages import CancelTurn, CloseSession, Noticed, SlotGranted, Tick, Wake
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
 from state_machines import ControlPlaneError
-from store import RecoveryReport, Store, ops, queries
+from store import CommandRecord, RecoveryReport, Store, ops, queries
 from store.listen import SessionNotifications
 from store.location import Backend
 from store.ops import claims
 from store.ops.nodes import NodeSpec
 from store.ownership import this_owner
+from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,9 @@ class Supervisor:
         )
         self._listener: SessionNotifications | None = None
         if store.backend is Backend.POSTGRESQL:
-            self._listener = SessionNotifications(store.location, self.remote_change, self.poke)
+            self._listener = SessionNotifications(
+                store.location, self.remote_change, self.poke, lambda: store.own_backend_pid
+            )
         self._poke = threading.Event()  # discover at the next sweep, not after the interval
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -185,6 +189,19 @@ class Supervisor:
             return
         if not self.wake(session_id):
             self.slots.request(session_id)
+
+    def prompt_claim(
+        self, session_id: str, enqueue: Callable[[WriteContext], tuple[CommandRecord, bool]]
+    ) -> PromptClaim:
+        """The write for a prompt to ``session_id`` that also claims it when the session's
+        actor offers (``actors/session/claim_offer.py``); ``committed`` settles it."""
+        return PromptClaim(self._deps.offers, self.slots, session_id, enqueue)
+
+    def committed(self, claim: PromptClaim, claimed: list[CommandRecord]) -> bool:
+        """A prompt's write committed (or failed: ``claimed`` empty). On the writer thread:
+        only messages. False if the session has no live actor (activate it elsewhere)."""
+        claim.resolve(claimed)
+        return self.wake(session_id=claim.session_id)
 
     def wake(self, session_id: str) -> bool:
         """Tell the session's live actor it may have new work; False if none is live. Only a

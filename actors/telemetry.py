@@ -21,6 +21,14 @@ AGENT_STARTS = Counter(
     "joined (a shared process that was running), failed.",
     ["outcome"],
 )
+CLAIM_OFFERS = Counter(
+    "acpctl_claim_offers_total",
+    "Prompts whose write took an idle session's claim offer, by what came of it: claimed (in "
+    "the transaction that queued it), declined (the actor claimed it after, as without an "
+    "offer), returned (claimed, then put back in the queue unsent: the actor could not start "
+    "it).",
+    ["outcome"],
+)
 RECOVERIES = Counter(
     "acpctl_recovered_commands_total",
     "Commands a recovery found cut short, by what it did (requeued, failed).",

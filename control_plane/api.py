@@ -246,33 +246,41 @@ class ControlPlane(FrontEndServices):
         chosen = QueueMode(mode) if mode is not None else None
 
         done: Future[CommandRecord] = Future()
+        # The write queues the prompt and, when the session's actor is idle with its agent
+        # up, claims it for that actor in the same transaction (actors/session/claim_offer.py).
+        claim = self._supervisor.prompt_claim(
+            session_id,
+            functools.partial(
+                ops.submit_prompt,
+                session_id=session_id,
+                payload=payload,
+                idempotency_key=idempotency_key,
+                mode=chosen,
+            ),
+        )
 
-        def committed(future: Future[tuple[CommandRecord, bool]]) -> None:
+        def committed(
+            future: Future[tuple[CommandRecord, bool, list[CommandRecord]]],
+        ) -> None:
             # On the store's writer thread, after the commit: telling actors never blocks.
             exc = future.exception()
-            if exc is not None:
-                done.set_exception(exc)
-                return
-            command, cancel_running = future.result()
+            command, cancel_running, claimed = (None, False, []) if exc else future.result()
             try:
                 if cancel_running:
                     self._supervisor.cancel_turn(session_id)
-                if not self._supervisor.wake(session_id):
+                if not self._supervisor.committed(claim, claimed) and exc is None:
                     # Activation reads the store: not on the writer thread. (Refused once
                     # closing: the command stays queued in the store for the next open.)
                     with contextlib.suppress(RuntimeError):
                         self._activations.submit(self._supervisor.notify, session_id)
             finally:
-                done.set_result(command)
+                if exc is not None:
+                    done.set_exception(exc)
+                else:
+                    assert command is not None
+                    done.set_result(command)
 
-        write = functools.partial(
-            ops.submit_prompt,
-            session_id=session_id,
-            payload=payload,
-            idempotency_key=idempotency_key,
-            mode=chosen,
-        )
-        self._store.submit(write).add_done_callback(committed)
+        self._store.submit(claim.write).add_done_callback(committed)
         return done
 
     def set_mode(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from state_machines.claim_offer import OFFER_MACHINE
 from state_machines.command import COMMAND_MACHINE
 from state_machines.recorder import RECORDER_MACHINE
 from state_machines.session import SESSION_MACHINE
@@ -41,6 +42,7 @@ def _section(title: str, table: TransitionTable[Any, Any], events: type[StrEnum]
 
 def state_machines_markdown() -> str:
     """The whole generated ``docs/state-machines.md``."""
+    from state_machines.claim_offer import OfferEvent
     from state_machines.command import CommandEvent
     from state_machines.recorder import RecorderEvent
     from state_machines.session import SessionEvent
@@ -60,6 +62,8 @@ def state_machines_markdown() -> str:
         + _section("Command (run)", COMMAND_MACHINE, CommandEvent)
         + "\n"
         + _section("Event recorder (write pipeline)", RECORDER_MACHINE, RecorderEvent)
+        + "\n"
+        + _section("Claim offer (a prompt claimed as it is queued)", OFFER_MACHINE, OfferEvent)
     )
 
 

@@ -45,6 +45,15 @@ SESSION_WORK = (
     f"AND c.state = '{_QUEUED}') FROM sessions s WHERE s.id = ?"
 )
 SESSION_QUEUE_MODE = "SELECT queue_mode FROM sessions WHERE id = ?"
+# What a prompt claimed as it is queued checks in that transaction: the session's epoch
+# (its live owner's), its state, and the head of its queue (in CLAIM_NEXT's order).
+CLAIM_TERMS = (
+    "SELECT s.epoch, s.state, (SELECT c.id FROM commands c WHERE c.session_id = s.id "
+    f"AND c.state = '{_QUEUED}' ORDER BY c.priority DESC, c.seq LIMIT 1) "
+    "FROM sessions s WHERE s.id = ?"
+)
+# Whether anything is queued, read in the transaction that records a turn's outcome.
+HAS_QUEUED = f"SELECT 1 FROM commands WHERE session_id = ? AND state = '{_QUEUED}' LIMIT 1"
 # Whether a budget stopped the session: checked before every prompt is queued.
 STOPPED_BY = "SELECT stopped_by FROM session_usage WHERE session_id = ?"
 # What decides which budgets apply to a session, read at every turn's end.

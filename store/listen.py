@@ -6,6 +6,11 @@ its own and hands every session id to ``on_session``. It is an accelerator, neve
 path: notifications sent while this connection was down are lost, so the supervisor's
 periodic discovery still finds the work (the fallback the issue calls polling), and after
 a reconnect ``on_reconnect`` lets it look at once.
+
+A notification this node's own writer sent (``own_pid``: the server process it commits on)
+is skipped: the commit already reached this node's session watchers (from memory,
+store/feed.py) and its actors (told by the code that wrote), as on SQLite, which has no
+LISTEN at all. Handing it over would read the log and wake the actor once more per write.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ class SessionNotifications:
         location: StoreLocation,
         on_session: Callable[[str], None],
         on_reconnect: Callable[[], None],
+        own_pid: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._location = location
+        self._own_pid = own_pid
         self._on_session = on_session
         self._on_reconnect = on_reconnect
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="store-listen", daemon=True)
         self.received = 0
+        self.skipped = 0  # this node's own commits' notifications
 
     def start(self) -> None:
         self._thread.start()
@@ -60,6 +68,9 @@ class SessionNotifications:
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=1.0):
                             self.received += 1
+                            if note.pid == self._own_pid():
+                                self.skipped += 1
+                                continue
                             self._hand_over(note.payload)
             except psycopg.Error as exc:
                 log.warning(

@@ -106,6 +106,13 @@ class Store:
         store.identity = store.read(queries.store_identity)
         return store
 
+    @property
+    def own_backend_pid(self) -> int | None:
+        """PostgreSQL: the server process this store's writer commits on (None on SQLite,
+        or before the first commit). What it sends with ``pg_notify`` comes back to this
+        node's LISTEN too, which skips it: its own watchers and actors heard it already."""
+        return self._writer.backend_pid
+
     def close(self) -> None:
         self._writer.close()
         self._write_engine.dispose()

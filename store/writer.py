@@ -131,6 +131,9 @@ class GroupCommitWriter:
         self.fatal: StoreError | None = None
         self.last_fault: StoreUnavailable | None = None
         self.writes = 0  # writes acknowledged
+        # PostgreSQL: the server process of the connection the groups commit on, so that
+        # this node's LISTEN can skip what its own commits sent (store/listen.py).
+        self.backend_pid: int | None = None
         self._thread.start()
 
     def submit(self, fn: WriteFn[T]) -> Future[T]:
@@ -220,6 +223,8 @@ class GroupCommitWriter:
                 req.resolve(False, own_copy(error))
             return
         self.fault_since = None  # the store takes writes again
+        if self._notify_sql is not None:
+            self._note_backend(conn)
         self.batches += 1
         self.writes += len(live)
         telemetry.COMMIT_SECONDS.observe(time.perf_counter() - began)
@@ -235,6 +240,14 @@ class GroupCommitWriter:
                 hook()
             except Exception:  # a notification must never undo or block a commit
                 log.exception("after-commit hook failed")
+
+    def _note_backend(self, conn: Connection) -> None:
+        """Which server process committed (it changes only when the pool reconnected)."""
+        try:
+            driver: Any = conn.connection.driver_connection
+            self.backend_pid = int(driver.info.backend_pid)
+        except Exception:  # only an accelerator's filter: never a reason to fail a commit
+            self.backend_pid = None
 
     def refuse_for_good(self, error: StoreError) -> None:
         """From now on every write is refused with ``error`` (the file is gone or damaged:

@@ -222,6 +222,10 @@ class DeliveryService:
             self._failures.pop(binding_id, None)
             fault_point("delivery.before_checkpoint")
             self._store.advance_checkpoint(binding_id, batch[-1].seq)
+            if len(batch) < self._batch_size:
+                # The read reached the log's end: a commit after it marked this binding
+                # dirty (``_schedule``), so a read now to find nothing would be wasted.
+                return None
 
     def _sink_for(self, binding: BindingRecord) -> Sink:
         sink = self._sinks.get(binding.id)

@@ -31,6 +31,8 @@ from actors import log_context
 from actors.session import messages as msg
 from actors.session.agent_start import call_quietly, start_agent, stop_agent
 from actors.session.budget_watch import BudgetWatch
+from actors.session.claim_offer import ActorOffer
+from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
 from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
@@ -57,7 +59,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class SessionActor(pykka.ThreadingActor):
+class SessionActor(ClaimedTurns, pykka.ThreadingActor):
     def __init__(self, session_id: str, deps: ActorDeps) -> None:
         super().__init__()
         self.session_id = session_id
@@ -76,6 +78,8 @@ class SessionActor(pykka.ThreadingActor):
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
         self.halt = threading.Event()  # set by the supervisor: stop retrying writes
         deps.halts[self.actor_urn] = self.halt
+        self.offer = ActorOffer(deps.offers, session_id, self.halt)  # idle: claim with enqueue
+        self.stop_asked = False  # this actor asked itself to stop: it offers nothing more
         # The live agent was restored with its conversation (resumed or loaded): a prompt a
         # crash interrupted is in it already and must not be sent again.
         self.context_kept = False
@@ -97,6 +101,8 @@ class SessionActor(pykka.ThreadingActor):
         self.facts = self.store.get_session(self.session_id)
 
     def on_stop(self) -> None:
+        self.stop_asked = True
+        self._return_claimed(self.offer.settle(), "the session's actor stopped")
         self._stop_agent(kill=False)
         self.deps.slots.release(self.session_id)
         if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
@@ -113,6 +119,10 @@ class SessionActor(pykka.ThreadingActor):
         self.deps.halts.pop(self.actor_urn, None)
         self.deps.on_stopped(self.session_id, self.actor_urn)
 
+    def stop(self) -> None:
+        self.stop_asked = True  # offers nothing from now on: the stop is in the mailbox
+        super().stop()
+
     def on_failure(self, *_: Any) -> None:
         self.on_stop()
 
@@ -121,6 +131,7 @@ class SessionActor(pykka.ThreadingActor):
             return self._receive(message)
         finally:
             self.deps.live_agents.post(self.session_id, self.turn is not None, self.last_active)
+            self._offer_if_idle()
 
     def _receive(self, message: Any) -> Any:
         try:
@@ -144,6 +155,8 @@ class SessionActor(pykka.ThreadingActor):
             raise TypeError(f"session actor got an unknown message: {message!r}")
         if not isinstance(message, msg.Tick):  # a tick must not delay passivation
             self.last_active = time.monotonic()
+        if self._settle_offer() and isinstance(message, msg.CancelTurn):
+            return None  # told before the claim committed: not for the turn just started
         return handler(message)
 
     @functools.cached_property
@@ -297,6 +310,7 @@ class SessionActor(pykka.ThreadingActor):
             self.trace.end(message)
         if self.closing:
             return
+        queued = True  # whether to look at the queue again (a failed turn always does)
         if message.error is not None or message.result is None:
             write, agent_alive = failed_turn(
                 self.session_id, self.epoch, message.command_ids, message.error, self.recorder
@@ -305,7 +319,7 @@ class SessionActor(pykka.ThreadingActor):
             if not agent_alive:
                 self._stop_agent(kill=True)
         else:
-            self._record_outcome(message.command_ids, message.result)
+            queued = self._record_outcome(message.command_ids, message.result)
         if self.facts.parent_id is not None:
             # After the outcome committed: a sibling held back by max_running_children
             # must see this session no longer running when it checks.
@@ -314,21 +328,26 @@ class SessionActor(pykka.ThreadingActor):
             self.deps.slots.release(self.session_id)
             self._close("the run finished")  # mode=run: one turn, then closed
             return
-        self._continue()
+        if queued:
+            self._continue()
+        else:  # nothing queued at the outcome's commit: what comes later finds the offer
+            self.deps.slots.release(self.session_id)
 
-    def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> None:
+    def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> bool:
+        """Commit the turn's outcome; whether a command was queued at that commit."""
         outcome, final, error = turn_outcome(result, self.recorder.take_text(), self.turn_timeout)
         sid, epoch = self.session_id, self.epoch
         write, then = self.budget.after_turn(
             lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, final, error),
             outcome.get("usage"),
         )
-        self._after_frames(write)
+        queued = self._after_frames(write)
         then()
+        return queued
 
-    def _after_frames(self, fn: Callable[[WriteContext], None]) -> None:
+    def _after_frames(self, fn: Callable[[WriteContext], T]) -> T:
         """Commit a turn's end behind (and with) the turn's last recorded updates."""
-        write_after_frames(self.store, self.recorder, fn, self.halt, self.session_id)
+        return write_after_frames(self.store, self.recorder, fn, self.halt, self.session_id)
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from actors.session.deps import ActorDeps
 from actors.session.recorder import StoreRecorder
@@ -21,6 +21,7 @@ from store.usage import usage_update_cost
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class BudgetWatch:
@@ -45,15 +46,16 @@ class BudgetWatch:
         return watch
 
     def after_turn(
-        self, record_outcome: Callable[[WriteContext], None], usage: dict[str, Any] | None
-    ) -> tuple[Callable[[WriteContext], None], Callable[[], None]]:
+        self, record_outcome: Callable[[WriteContext], T], usage: dict[str, Any] | None
+    ) -> tuple[Callable[[WriteContext], T], Callable[[], None]]:
         """The outcome's write with the turn's usage counted in it, and what to run once it
         committed (cancel the turns of other sessions a tree budget stopped)."""
         stopped: list[str] = []
 
-        def write(ctx: WriteContext) -> None:
-            record_outcome(ctx)
+        def write(ctx: WriteContext) -> T:
+            recorded = record_outcome(ctx)
             stopped.extend(budgets.add_turn_usage(ctx, self._session_id, usage, self._defaults))
+            return recorded
 
         def then() -> None:
             for sid in stopped:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from actors.agent_pool import AgentPool
 from actors.live_agents import LiveAgents
+from actors.session.claim_offer import ClaimOffers
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
@@ -36,3 +37,5 @@ class ActorDeps:
     halts: dict[str, threading.Event] = field(default_factory=dict)
     # Agent processes shared by several sessions (agents configured for it).
     agent_pool: AgentPool = field(default_factory=AgentPool)
+    # Idle sessions' offers to have a prompt claimed in the write that queues it.
+    offers: ClaimOffers = field(default_factory=ClaimOffers)

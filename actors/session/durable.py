@@ -52,21 +52,20 @@ def write_until_taken(
 def write_after_frames(
     store: Store,
     recorder: StoreRecorder,
-    fn: Callable[[WriteContext], None],
+    fn: Callable[[WriteContext], T],
     stopping: threading.Event,
     session_id: str,
-) -> None:
+) -> T:
     """Commit a turn's end behind (and with) the turn's last recorded updates, so an outcome
     never commits before its updates; raise what the write raised, as ``store.write``
     would. The recorder retries while the store refuses writes; a shutdown ends the wait."""
     if recorder.failed:
-        write_until_taken(store, fn, stopping, session_id)  # the frames are lost already
-        return
+        return write_until_taken(store, fn, stopping, session_id)  # the frames are lost already
     future = recorder.write_after(fn)
     while True:
         try:
-            future.result(timeout=1.0)
-            return
+            result: T = future.result(timeout=1.0)
+            return result
         except TimeoutError:
             if stopping.is_set():
                 raise StoreUnavailable(

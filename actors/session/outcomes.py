@@ -60,7 +60,7 @@ def failed_turn(
     command_ids: tuple[str, ...],
     error: BaseException | None,
     recorder: StoreRecorder,
-) -> tuple[Callable[[WriteContext], None], bool]:
+) -> tuple[Callable[[WriteContext], object], bool]:
     """The write for a turn that ended in an error, and whether the agent is still alive.
     An agent that answered the prompt with an error is alive and well: the turn failed, the
     session stays usable and the client gets the agent's error. Any other error (the agent

@@ -12,12 +12,13 @@ from typing import Any
 
 from sqlalchemy import update
 
-from state_machines import CommandState, SessionEvent, SessionState
+from state_machines import TURN_STATES, CommandEvent, CommandState, SessionEvent, SessionState
 from state_machines.event_kinds import EventKind
+from store import hot_sql as hot
 from store import queries
 from store.ops import commands, events, fencing
 from store.ops import sessions as session_ops
-from store.ops._shared import transition_session
+from store.ops._shared import transition_command, transition_session
 from store.records import CommandKind, CommandRecord, NewEvent
 from store.schema import sessions
 from store.writer import WriteContext
@@ -69,6 +70,63 @@ def begin_next(
     return claimed
 
 
+def claim_submitted(
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str,
+    epoch: int,
+    collect: bool,
+    max_running_children: int | None = None,
+    context_kept: bool = False,
+) -> list[CommandRecord]:
+    """Claim the prompt ``command_id`` in the transaction that queued it, for the session's
+    live idle owner (its actor's claim offer): ``begin_next`` as the actor would run it, but
+    only while the session is still ``idle`` at the owner's ``epoch`` and the prompt is the
+    head of its queue. Otherwise nothing is claimed and nothing raised: the enqueue stands
+    and the owner claims as after any enqueue."""
+    row = ctx.raw.execute(hot.CLAIM_TERMS, (session_id,)).fetchone()
+    if row is None or row[0] != epoch or row[1] != SessionState.IDLE.value or row[2] != command_id:
+        return []
+    return begin_next(ctx, session_id, epoch, collect, max_running_children, context_kept)
+
+
+def unclaim(
+    ctx: WriteContext, session_id: str, epoch: int, claimed: list[CommandRecord], why: str
+) -> None:
+    """Put prompts claimed for a turn that never started back in the queue, unsent: the
+    claim's attempt is given back (an agent that keeps its conversation must not take them
+    for sent), the session returns to ``idle``, and an ``interrupted`` event (``willRetry``)
+    says why. A turn cancelled meanwhile (the session is ``cancelling``) cancels them."""
+    fencing.check_epoch(ctx.conn, session_id, epoch)
+    state = queries.get_session(ctx.conn, session_id).state
+    cancelled = state is SessionState.CANCELLING
+    for command in claimed:
+        if cancelled:
+            commands.cancel_command(ctx, command.id, "cancelled before its turn started")
+        else:
+            transition_command(
+                ctx, command.id, CommandEvent.REQUEUE, attempts=max(0, command.attempts - 1)
+            )
+        events.append_events(
+            ctx,
+            session_id,
+            command.id,
+            [
+                NewEvent(
+                    EventKind.INTERRUPTED,
+                    {
+                        "commandId": command.id,
+                        "attempts": max(0, command.attempts - 1),
+                        "willRetry": not cancelled,
+                        "reason": f"not sent: {why}",
+                    },
+                )
+            ],
+        )
+    if state in TURN_STATES:
+        transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
+
+
 def _stopped_by_budget(ctx: WriteContext, session_id: str) -> str | None:
     """A turn cancelled because a budget stopped its session says so, as the queued prompts
     that budget cancelled do (read only for a cancelled turn)."""
@@ -105,8 +163,10 @@ def finish_turn(
     outcome: dict[str, Any],
     final: CommandState,
     error: str | None,
-) -> None:
-    """Record the turn's outcome on every command it served and return the session to idle."""
+) -> bool:
+    """Record the turn's outcome on every command it served and return the session to idle.
+    Returns whether a command is queued for the session (read in this transaction: the
+    actor knows whether to look for work without a read of its own)."""
     fencing.check_epoch(ctx.conn, session_id, epoch)
     events.append_events(
         ctx,
@@ -132,6 +192,7 @@ def finish_turn(
         else:
             commands.fail(ctx, command_id, error or "failed", result=outcome)
     transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
+    return ctx.raw.execute(hot.HAS_QUEUED, (session_id,)).fetchone() is not None
 
 
 def fail_turn(

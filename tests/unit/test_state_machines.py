@@ -17,6 +17,7 @@ from state_machines import (
     SessionEvent,
     SessionState,
 )
+from state_machines.claim_offer import OFFER_MACHINE, OfferEvent, OfferState
 from state_machines.diagram import state_machines_markdown
 from state_machines.table import E, S, TransitionTable
 from store import Store, StoreOptions, Synchronous
@@ -103,6 +104,16 @@ def _reachable(table: TransitionTable[S, E]) -> set[S]:
 def test_every_state_is_reachable_from_the_initial_state() -> None:
     assert _reachable(SESSION_MACHINE) == SESSION_MACHINE.states()
     assert _reachable(COMMAND_MACHINE) == COMMAND_MACHINE.states()
+    assert _reachable(OFFER_MACHINE) == OFFER_MACHINE.states()
+
+
+def test_a_claim_offer_is_used_once() -> None:
+    """Every path ends in a final state that accepts nothing: an actor publishes a new
+    offer, it never reopens one (a write holding a stale offer can take nothing)."""
+    for state in OFFER_MACHINE.final:
+        assert not [e for e in OfferEvent if OFFER_MACHINE.allows(state, e)]
+    assert OFFER_MACHINE.sources(OfferEvent.TAKE) == {OfferState.OPEN}
+    assert OFFER_MACHINE.sources(OfferEvent.START) == {OfferState.CLAIMED}
 
 
 def test_committed_state_machine_doc_matches_the_tables() -> None:
