@@ -3,25 +3,28 @@
 Run on the writer thread right after the commit (``GroupCommitWriter(on_commit=...)``), in this
 order: the commands it finished are counted (metrics); the session feeds' mailboxes get the
 events and finished records of the sessions they watch (store/feed.py); the waiters of the
-commands it finished get their records (store/command_waits.py); then the listeners told only
-which sessions appended and which commands finished (delivery, the subagent bridge, the async
-API).
+commands it finished get their records (store/command_waits.py); then the listeners of the appends
+themselves (delivery: its projectors take the events from the commit), then those told only
+which sessions appended and which commands finished (the subagent bridge, the async API).
 Listeners must be short: hand the work to another thread or loop.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import TypeVar
 
 from store import telemetry
 from store.command_waits import CommandWaits
 from store.feed import WATCH_LIMIT, Keep, SessionFeeds, SessionWatch, Wake
 from store.records import CommandRecord
-from store.write_context import Commit
+from store.write_context import Appended, Commit
 
 IdsListener = Callable[[set[str]], None]
+AppendsListener = Callable[[Sequence[Appended]], None]
+L = TypeVar("L")
 
 
 class CommitFeed:
@@ -31,9 +34,15 @@ class CommitFeed:
         self._lock = threading.Lock()
         self._appended: list[IdsListener] = []
         self._finished: list[IdsListener] = []
+        self._appends: list[AppendsListener] = []
 
     def on_appended(self, listener: IdsListener) -> Callable[[], None]:
         return self._add(self._appended, listener)
+
+    def on_appends(self, listener: AppendsListener) -> Callable[[], None]:
+        """``listener(appended)``: the commit's appends themselves (``Appended``), not
+        copies: read them, never change them."""
+        return self._add(self._appends, listener)
 
     def on_finished(self, listener: IdsListener) -> Callable[[], None]:
         return self._add(self._finished, listener)
@@ -59,6 +68,7 @@ class CommitFeed:
         finished_records = commit.finished_records
         with self._lock:
             appended = list(self._appended) if commit.appended else []
+            appends = list(self._appends) if commit.appended else []
             finished = list(self._finished) if finished_records else []
         if finished_records:
             # Counted before anyone is told: a client that got its answer and then scrapes
@@ -67,6 +77,8 @@ class CommitFeed:
         self.sessions.publish(commit)
         if finished_records:
             self.commands.publish(finished_records)
+        for appends_listener in appends:
+            appends_listener(commit.appended)
         if appended:
             session_ids = commit.sessions
             for listener in appended:
@@ -76,7 +88,7 @@ class CommitFeed:
             for listener in finished:
                 listener(command_ids)
 
-    def _add(self, listeners: list[IdsListener], listener: IdsListener) -> Callable[[], None]:
+    def _add(self, listeners: list[L], listener: L) -> Callable[[], None]:
         with self._lock:
             listeners.append(listener)
 

@@ -290,7 +290,7 @@ class SessionFeeds:
         with self._lock:
             watched = {sid: list(ws) for sid, ws in self._watches.items()}
         shares: dict[str, SessionCommit] = {}
-        for session_id, first, command_id, frames, created in commit.appended:
+        for session_id, first, command_id, frames, created, _ in commit.appended:
             if session_id in watched:
                 share = shares.setdefault(session_id, SessionCommit())
                 share.events.extend(

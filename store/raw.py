@@ -78,11 +78,35 @@ class PgRaw:
         cursor.executemany(_pg_sql(sql), list(parameters))
         return _NoRows(cursor.rowcount)
 
+    def executemany_ids(self, sql: str, parameters: Sequence[Sequence[Any]]) -> list[int]:
+        """``executemany`` of an ``INSERT ... RETURNING id``: the ids, in order."""
+        cursor = self._conn.cursor()
+        cursor.executemany(_pg_sql(sql), parameters, returning=True)
+        ids: list[int] = []
+        while True:
+            ids.append(int(cursor.fetchone()[0]))
+            if not cursor.nextset():
+                return ids
+
     @property
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
         return bool(self._conn.info.transaction_status != TransactionStatus.IDLE)
+
+
+def insert_many(
+    raw: RawConnection, returning_sql: str, plain_sql: str, rows: Sequence[Sequence[Any]]
+) -> Sequence[int]:
+    """Insert ``rows`` in one ``executemany``; the ids the table gave them, in order. On
+    SQLite the one writer's rows of one statement take consecutive rowids, so the last
+    one says them all (no row is read back); PostgreSQL returns them (``RETURNING``)."""
+    if isinstance(raw, sqlite3.Connection):
+        raw.executemany(plain_sql, rows)
+        last = int(raw.execute("SELECT last_insert_rowid()").fetchone()[0])
+        return range(last - len(rows) + 1, last + 1)
+    assert isinstance(raw, PgRaw)
+    return raw.executemany_ids(returning_sql, rows)
 
 
 def raw_of(driver_connection: Any) -> RawConnection:

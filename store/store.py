@@ -20,7 +20,7 @@ from state_machines import SessionNotFound, SessionState, StoreError
 from state_machines.errors import CommandNotFound
 from store import hot_sql as hot
 from store import ops, queries
-from store.commit_feed import CommitFeed
+from store.commit_feed import AppendsListener, CommitFeed
 from store.driver_errors import as_damaged, is_damage
 from store.feed import WATCH_LIMIT, CommittedEvent, Keep, SessionWatch, Wake
 from store.location import Backend, StoreLocation, locate
@@ -181,6 +181,13 @@ class Store:
         appended events. Keep it short (hand the work to another thread). Returns an
         unsubscribe function."""
         return self._commits.on_appended(listener)
+
+    def subscribe_appends(self, listener: AppendsListener) -> Callable[[], None]:
+        """Call ``listener(appended)`` on the writer thread after each commit that appended
+        events, with the commit's appends (``Appended``: the events, their seqs and global
+        ids; ``appended_events`` makes records of one). Keep it short. Returns an
+        unsubscribe function."""
+        return self._commits.on_appends(listener)
 
     def subscribe_commands(self, listener: CommandsListener) -> Callable[[], None]:
         """Call ``listener(command_ids)`` on the writer thread after each commit in which

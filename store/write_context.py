@@ -12,10 +12,22 @@ from sqlalchemy import Connection
 
 from store.driver_errors import is_connection_level
 from store.raw import RawConnection, raw_for
+from store.records import EventRecord, utc
 
 T = TypeVar("T")
-# One append of a write: (session_id, first seq, command_id, frames, created_at).
-Appended = tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float]
+# One append of a write: (session_id, first seq, command_id, frames, created_at, the
+# events' global ids in seq order).
+Appended = tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float, Sequence[int]]
+
+
+def appended_events(entry: Appended) -> list[EventRecord]:
+    """The records of one append, as a read of the log would return them."""
+    session_id, first, command_id, frames, created, ids = entry
+    at = utc(created)
+    return [
+        EventRecord(event_id, session_id, first + i, command_id, kind, text, at)
+        for i, (event_id, (kind, text, _)) in enumerate(zip(ids, frames, strict=True))
+    ]
 
 
 class WriteContext:

@@ -4,6 +4,12 @@ A projector reads the events after its checkpoint, hands them to the sink in seq
 advances the checkpoint only after the sink accepted them. A crash in between re-delivers
 those events on restart; sinks dedupe by event id, so each one lands once.
 
+From the commit: a projector whose last delivery (in this process) ended exactly before a
+commit's events takes them from the commit (``Store.subscribe_appends``), with no read of
+the binding or the log; one further behind, or not seen yet, reads the log from its
+checkpoint. A read that reached the log's end is not repeated to find nothing: a commit
+after it marked the binding for another pump.
+
 Threads: projectors run on a small worker pool. A binding is pumped by at most one worker at a
 time (order), and a sink that raises is retried after a jittered exponential backoff on a
 timer, without holding a worker: one failing or slow sink never blocks another binding or the
@@ -26,6 +32,7 @@ from actors.delivery.sinks import CallbackSink, JsonlFileSink, Sink
 from state_machines import ControlPlaneError
 from store import BindingRecord, EventRecord, SinkKind, Store
 from store.faults import fault_point
+from store.write_context import Appended, appended_events
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +68,17 @@ class DeliveryService:
         # the session's first event, so never missed) or by bind(), which calls start() and
         # clears this. Most sessions have none (an empty tuple).
         self._bindings: dict[str, tuple[str, ...]] = {}
+        # Per binding, the last seq this process delivered and checkpointed: a commit whose
+        # events start right after it is handed over as it is (no read).
+        self._positions: dict[str, int] = {}
         self._timers: dict[str, threading.Timer] = {}
+        # Batches delivered from a commit as it was, and reads of the log (benchmarks, tests).
+        self.from_commits = 0
+        self.log_reads = 0
         self._scheduling = 0  # commits handed to the pool and not yet scheduled
         self._wait = wait_random_exponential(multiplier=0.05, max=max_backoff_s)
         self._closed = False
-        self._unsubscribe = store.subscribe(self._on_events)
+        self._unsubscribe = store.subscribe_appends(self._on_appends)
 
     # -- public --------------------------------------------------------------------------
 
@@ -128,18 +141,24 @@ class DeliveryService:
 
     # -- scheduling ----------------------------------------------------------------------
 
-    def _on_events(self, session_ids: set[str]) -> None:
+    def _on_appends(self, appended: Sequence[Appended]) -> None:
         # Runs on the store's writer thread: no reads here. Bindings already known are
-        # scheduled at once (one hand-off, to the projector); sessions not seen yet are
-        # looked up on the pool.
+        # scheduled at once with the commit's events (one hand-off, to the projector);
+        # sessions not seen yet are looked up on the pool. Most sessions have no binding:
+        # their appends cost a dict lookup, and no record is built.
+        session_ids = {entry[0] for entry in appended}
         with self._lock:
-            known = [self._bindings.get(sid) for sid in session_ids]
-            unknown = {sid for sid, ids in zip(session_ids, known, strict=True) if ids is None}
+            known = {sid: self._bindings.get(sid) for sid in session_ids}
+            unknown = {sid for sid, ids in known.items() if ids is None}
             if unknown:
                 self._scheduling += 1
-        for ids in known:
-            for binding_id in ids or ():
-                self._schedule(binding_id)
+        committed: dict[str, list[EventRecord]] = {}
+        for entry in appended:  # in commit order, so each session's list is in seq order
+            if known.get(entry[0]):
+                committed.setdefault(entry[0], []).extend(appended_events(entry))
+        for sid, events in committed.items():
+            for binding_id in known[sid] or ():
+                self._schedule(binding_id, events)
         if unknown:
             self._pool.submit(self._schedule_sessions, unknown)
 
@@ -156,20 +175,24 @@ class DeliveryService:
                 self._scheduling -= 1
                 self._lock.notify_all()
 
-    def _schedule(self, binding_id: str) -> None:
+    def _schedule(self, binding_id: str, committed: list[EventRecord] | None = None) -> None:
+        """Pump the binding; ``committed``: the events a commit just appended to its session
+        (taken as they are if the binding's last delivery ended right before them)."""
         with self._lock:
             if self._closed or binding_id in self._timers:
                 return  # a retry timer will pump it
             if binding_id in self._busy:
-                self._dirty.add(binding_id)
+                self._dirty.add(binding_id)  # pumped again after, from the log
                 return
             self._busy.add(binding_id)
-        self._pool.submit(self._pump, binding_id)
+            if committed and self._positions.get(binding_id) != committed[0].seq - 1:
+                committed = None  # further behind (or not known here): read the log
+        self._pool.submit(self._pump, binding_id, committed)
 
-    def _pump(self, binding_id: str) -> None:
+    def _pump(self, binding_id: str, committed: list[EventRecord] | None = None) -> None:
         retry_in: float | None = None
         try:
-            retry_in = self._pump_until_caught_up(binding_id)
+            retry_in = self._pump_until_caught_up(binding_id, committed)
         finally:
             with self._lock:
                 self._busy.discard(binding_id)
@@ -191,19 +214,31 @@ class DeliveryService:
 
     # -- the projector -------------------------------------------------------------------
 
-    def _pump_until_caught_up(self, binding_id: str) -> float | None:
+    def _pump_until_caught_up(
+        self, binding_id: str, committed: list[EventRecord] | None = None
+    ) -> float | None:
         """Deliver until the checkpoint reaches the log's end; a delay to retry after, or None."""
         while True:
-            binding = self._store.get_binding(binding_id)
-            if binding is None:
-                return None
-            batch = self._store.events(
-                binding.session_id, binding.last_delivered_seq, self._batch_size
-            )
-            if not batch:
-                return None
+            sink = self._sinks.get(binding_id)
+            binding: BindingRecord | None = None
+            if committed and sink is not None and len(committed) <= self._batch_size:
+                batch = committed  # right behind the last delivery: no read
+                self.from_commits += 1
+            else:
+                binding = self._store.get_binding(binding_id)
+                if binding is None:
+                    return None
+                batch = self._store.events(
+                    binding.session_id, binding.last_delivered_seq, self._batch_size
+                )
+                self.log_reads += 1
+                if not batch:
+                    return None
+            committed = None
             try:
-                sink = self._sink_for(binding)
+                if binding is not None:  # where a missing callback is a sink failure
+                    sink = self._sink_for(binding)
+                assert sink is not None
                 sink.deliver(batch)
             except Exception as exc:  # any sink failure: keep the checkpoint, back off
                 failures = self._failures.get(binding_id, 0) + 1
@@ -221,7 +256,9 @@ class DeliveryService:
                 return delay
             self._failures.pop(binding_id, None)
             fault_point("delivery.before_checkpoint")
-            self._store.advance_checkpoint(binding_id, batch[-1].seq)
+            position = self._store.advance_checkpoint(binding_id, batch[-1].seq)
+            with self._lock:
+                self._positions[binding_id] = position
             if len(batch) < self._batch_size:
                 # The read reached the log's end: a commit after it marked this binding
                 # dirty (``_schedule``), so a read now to find nothing would be wasted.

@@ -15,6 +15,7 @@ from state_machines.errors import (
     CheckpointError,
 )
 from store import hot_sql as hot
+from store.raw import insert_many
 from store.records import (
     EventRecord,
     NewEvent,
@@ -49,7 +50,8 @@ def insert_events(
             hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
         )
     frames = [(e.kind, e.raw, None) for e in appended]
-    ctx.appended.append((session_id, first, command_id, frames, now))
+    ids = [e.id for e in appended]
+    ctx.appended.append((session_id, first, command_id, frames, now, ids))
     return appended
 
 
@@ -81,14 +83,16 @@ def append_frames(
         raise SessionClosed(session_id)
     first = last - len(new) + 1
     now = time.time()
-    raw.executemany(
+    ids = insert_many(
+        raw,
+        hot.INSERT_EVENT,
         hot.INSERT_EVENT_NO_RETURN,
         [
             (session_id, first + i, command_id, kind, text, now)
             for i, (kind, text, _) in enumerate(new)
         ],
     )
-    ctx.appended.append((session_id, first, command_id, new, now))
+    ctx.appended.append((session_id, first, command_id, new, now, ids))
     return int(last)
 
 

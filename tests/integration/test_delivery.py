@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -9,8 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from actors.delivery.service import DeliveryService
-from actors.delivery.sinks import JsonlFileSink
-from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store
+from actors.delivery.sinks import JsonlFileSink, event_line
+from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store, ops
 from tests.conftest import AGENT, eventually
 from tests.support.direct_sql import is_postgres
 from tests.support.postgres import PostgresServer
@@ -35,6 +36,35 @@ def test_callback_sink_receives_every_event_in_order_and_checkpoint_follows(stor
     assert received == list(range(1, 32))
     binding = store.get_binding(bid)
     assert binding is not None and binding.last_delivered_seq == 31
+
+
+def test_a_projector_right_behind_takes_each_commits_events_without_a_read(
+    store: Store, tmp_path: Path
+) -> None:
+    """Once caught up, a binding is handed each commit's events as the commit holds them
+    (both append paths: the recorder's frames and single events), and the file gets exactly
+    what a read of the log would have given it: ids, seqs, times and payloads."""
+    path = tmp_path / "out.jsonl"
+    delivery = DeliveryService(store)
+    delivery.start()
+    sid, _ = _spawn_with(store, BindingSpec(SinkKind.JSONL, str(path)), "commits")
+    store.append_events(sid, None, [NewEvent("first", {})])
+    assert delivery.wait_idle(10)
+    reads, taken = delivery.log_reads, delivery.from_commits
+    for i in range(10):
+        frames = [("session_update", json.dumps({"n": i, "k": k}), None) for k in range(3)]
+        store.write(
+            functools.partial(ops.append_frames, session_id=sid, command_id=None, new=frames)
+        )
+        assert delivery.wait_idle(10)
+        store.append_events(sid, None, [NewEvent("tick", {"i": i})])
+        assert delivery.wait_idle(10)
+    delivery.close()
+    assert delivery.from_commits - taken == 20
+    assert delivery.log_reads == reads  # not one read while it kept up
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [event_line(e, store.identity) for e in store.events(sid)]
+    assert [line["seq"] for line in lines] == list(range(1, 43))
 
 
 def test_failing_sink_is_retried_and_never_blocks_another_binding(store: Store) -> None:
