@@ -96,33 +96,26 @@ def unclaim(
     """Put prompts claimed for a turn that never started back in the queue, unsent: the
     claim's attempt is given back (an agent that keeps its conversation must not take them
     for sent), the session returns to ``idle``, and an ``interrupted`` event (``willRetry``)
-    says why. A turn cancelled meanwhile (the session is ``cancelling``) cancels them."""
+    says why. A turn cancelled meanwhile (the session is ``cancelling``) ends as a cancelled
+    turn instead, as if the agent had stopped at once."""
     fencing.check_epoch(ctx.conn, session_id, epoch)
     state = queries.get_session(ctx.conn, session_id).state
-    cancelled = state is SessionState.CANCELLING
+    ids = tuple(command.id for command in claimed)
+    if state is SessionState.CANCELLING:
+        outcome = {"stopReason": "cancelled"}
+        error = f"cancelled before its turn started ({why})"
+        finish_turn(ctx, session_id, epoch, ids, outcome, CommandState.CANCELLED, error)
+        return
     for command in claimed:
-        if cancelled:
-            commands.cancel_command(ctx, command.id, "cancelled before its turn started")
-        else:
-            transition_command(
-                ctx, command.id, CommandEvent.REQUEUE, attempts=max(0, command.attempts - 1)
-            )
-        events.append_events(
-            ctx,
-            session_id,
-            command.id,
-            [
-                NewEvent(
-                    EventKind.INTERRUPTED,
-                    {
-                        "commandId": command.id,
-                        "attempts": max(0, command.attempts - 1),
-                        "willRetry": not cancelled,
-                        "reason": f"not sent: {why}",
-                    },
-                )
-            ],
-        )
+        attempts = max(0, command.attempts - 1)
+        transition_command(ctx, command.id, CommandEvent.REQUEUE, attempts=attempts)
+        note = {
+            "commandId": command.id,
+            "attempts": attempts,
+            "willRetry": True,
+            "reason": f"not sent: {why}",
+        }
+        events.append_events(ctx, session_id, command.id, [NewEvent(EventKind.INTERRUPTED, note)])
     if state in TURN_STATES:
         transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
 

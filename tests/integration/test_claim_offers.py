@@ -100,6 +100,8 @@ def test_an_unclaimed_prompt_of_a_cancelled_turn_is_cancelled(store: Store) -> N
     store.write(lambda ctx: turns.unclaim(ctx, sid, epoch, claimed, "stopping"))
     assert store.get_command(command.id).state is CommandState.CANCELLED
     assert store.get_session(sid).state is SessionState.IDLE
+    ended = store.events(sid)[-1]  # a turn cancelled at once: no retry, no interruption
+    assert (ended.kind, ended.payload["stopReason"]) == ("turn_ended", "cancelled")
 
 
 # -- the whole path, with the example agent ------------------------------------------------
