@@ -145,20 +145,20 @@ class DeliveryService:
         # Runs on the store's writer thread: no reads here. Bindings already known are
         # scheduled at once with the commit's events (one hand-off, to the projector);
         # sessions not seen yet are looked up on the pool. Most sessions have no binding:
-        # their appends cost a dict lookup, and no record is built.
+        # their appends cost a dict lookup. Records are built on the pool, not here.
         session_ids = {entry[0] for entry in appended}
         with self._lock:
             known = {sid: self._bindings.get(sid) for sid in session_ids}
             unknown = {sid for sid, ids in known.items() if ids is None}
             if unknown:
                 self._scheduling += 1
-        committed: dict[str, list[EventRecord]] = {}
+        committed: dict[str, list[Appended]] = {}
         for entry in appended:  # in commit order, so each session's list is in seq order
             if known.get(entry[0]):
-                committed.setdefault(entry[0], []).extend(appended_events(entry))
-        for sid, events in committed.items():
+                committed.setdefault(entry[0], []).append(entry)
+        for sid, entries in committed.items():
             for binding_id in known[sid] or ():
-                self._schedule(binding_id, events)
+                self._schedule(binding_id, entries)
         if unknown:
             self._pool.submit(self._schedule_sessions, unknown)
 
@@ -175,9 +175,9 @@ class DeliveryService:
                 self._scheduling -= 1
                 self._lock.notify_all()
 
-    def _schedule(self, binding_id: str, committed: list[EventRecord] | None = None) -> None:
-        """Pump the binding; ``committed``: the events a commit just appended to its session
-        (taken as they are if the binding's last delivery ended right before them)."""
+    def _schedule(self, binding_id: str, committed: list[Appended] | None = None) -> None:
+        """Pump the binding; ``committed``: what a commit just appended to its session
+        (taken as it is if the binding's last delivery ended right before it)."""
         with self._lock:
             if self._closed or binding_id in self._timers:
                 return  # a retry timer will pump it
@@ -185,11 +185,11 @@ class DeliveryService:
                 self._dirty.add(binding_id)  # pumped again after, from the log
                 return
             self._busy.add(binding_id)
-            if committed and self._positions.get(binding_id) != committed[0].seq - 1:
+            if committed and self._positions.get(binding_id) != committed[0][1] - 1:
                 committed = None  # further behind (or not known here): read the log
         self._pool.submit(self._pump, binding_id, committed)
 
-    def _pump(self, binding_id: str, committed: list[EventRecord] | None = None) -> None:
+    def _pump(self, binding_id: str, committed: list[Appended] | None = None) -> None:
         retry_in: float | None = None
         try:
             retry_in = self._pump_until_caught_up(binding_id, committed)
@@ -215,14 +215,15 @@ class DeliveryService:
     # -- the projector -------------------------------------------------------------------
 
     def _pump_until_caught_up(
-        self, binding_id: str, committed: list[EventRecord] | None = None
+        self, binding_id: str, committed: list[Appended] | None = None
     ) -> float | None:
         """Deliver until the checkpoint reaches the log's end; a delay to retry after, or None."""
         while True:
             sink = self._sinks.get(binding_id)
             binding: BindingRecord | None = None
-            if committed and sink is not None and len(committed) <= self._batch_size:
-                batch = committed  # right behind the last delivery: no read
+            events = [e for entry in committed or () for e in appended_events(entry)]
+            if events and sink is not None and len(events) <= self._batch_size:
+                batch = events  # right behind the last delivery: no read
                 self.from_commits += 1
             else:
                 binding = self._store.get_binding(binding_id)
