@@ -36,6 +36,7 @@ from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
 from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
+from actors.session.noticing import Noticing
 from actors.session.outcomes import control_write, failed_turn, turn_outcome, turn_timeout_for
 from actors.session.recorder import StoreRecorder
 from actors.session.turn_trace import TurnTrace
@@ -50,7 +51,7 @@ from state_machines import (
     StoreError,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, ops, queries
+from store import CommandKind, CommandRecord, ops
 from store.ops import turns
 from store.ownership import this_owner
 from store.writer import WriteContext
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class SessionActor(ClaimedTurns, pykka.ThreadingActor):
+class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
     def __init__(self, session_id: str, deps: ActorDeps) -> None:
         super().__init__()
         self.session_id = session_id
@@ -121,7 +122,7 @@ class SessionActor(ClaimedTurns, pykka.ThreadingActor):
 
     def stop(self) -> None:
         self.stop_asked = True  # offers nothing from now on: the stop is in the mailbox
-        super().stop()
+        pykka.ThreadingActor.stop(self)  # (the mixins' ``stop`` is only a declaration)
 
     def on_failure(self, *_: Any) -> None:
         self.on_stop()
@@ -376,33 +377,6 @@ class SessionActor(ClaimedTurns, pykka.ThreadingActor):
             return  # the turn's own error reports it
         self.conn = None
         self._write(lambda ctx: turns.agent_gone(ctx, self.session_id, self.epoch, exit_code))
-
-    def _tick(self, now: float, over_cap: bool) -> None:
-        self._notice_other_processes()
-        idle_for = now - self.last_active
-        if self.turn is None and (over_cap or idle_for >= self.deps.settings.passivate_after_s):
-            pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
-            if pending is None:
-                if over_cap:
-                    log.info("passivating idle session %s: over max_live_agents", self.session_id)
-                self.stop()  # passivate: on_stop ends the agent and releases ownership
-
-    def _notice_other_processes(self, then_work: bool = False) -> None:
-        """Another process (``acpctl sessions cancel|close``) can only change the store; the
-        owner sees it here, once a sweep interval, and acts on the agent. ``then_work``:
-        told at once by another node (``Noticed``), it also looks for new commands."""
-        if self.closing:
-            return
-        state = self.store.get_session(self.session_id).state
-        if state is SessionState.CLOSED:
-            self.closing = True
-            if self.turn is not None and self.conn is not None:
-                self._call_quietly(self.conn.cancel())
-            self.stop()
-        elif state is SessionState.CANCELLING and self.turn is not None and self.conn is not None:
-            self.deps.loop.submit(self.conn.cancel())
-        if then_work and not self.closing:
-            self._work()
 
     # -- helpers -------------------------------------------------------------------------
 
