@@ -20,8 +20,10 @@ time per side and ``-j``, the ratio (acpx / acpctl: how many times faster acpctl
 processes per side. The issue's target: at least 3x faster at ``-j 4`` and at least 3x fewer
 agent starts than tasks.
 
-Needs Node and ``npm ci --prefix bench/node`` for the acpx side; without it only the acpctl
-side runs (and says so). Run from the repository root::
+Needs Node and ``npm install --prefix bench/node`` for the acpx side (the pinned lockfile;
+``npm ci`` refuses it: npm 11 reports the optional platform packages of a dependency missing
+from it); without it only the acpctl side runs (and says so). Run from the repository
+root::
 
     python -m bench.batch_vs_acpx                  # 3 rounds, -j 1 and 4: about 2 minutes
     python -m bench.batch_vs_acpx --rounds 5 --jobs 4,8 --tasks 16
@@ -149,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     have_acpx = os.path.exists(ACPX) and shutil.which("node") is not None
     if not have_acpx:
-        print("acpx side skipped: needs Node.js and `npm ci --prefix bench/node`", file=sys.stderr)
+        print(
+            "acpx side skipped: needs Node.js and `npm install --prefix bench/node`",
+            file=sys.stderr,
+        )
     parent = tempfile.mkdtemp(prefix="acp-batch-bench-", dir=args.dir)
     results: dict[int, dict[str, list[dict[str, Any]]]] = {
         j: {ACPCTL: [], XARGS: []} for j in args.jobs
