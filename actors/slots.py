@@ -34,13 +34,8 @@ class TurnSlots:
     def try_take(self, session_id: str) -> bool:
         """Take a slot at once if one is free and nobody is waiting for it (FIFO fairness);
         otherwise queue like ``request`` (the grant arrives later) and return False."""
-        with self._lock:
-            if session_id in self._holders:
-                return True
-            if not self._waiting and len(self._holders) < self.limit:
-                self._holders.add(session_id)
-                self.peak = max(self.peak, len(self._holders))
-                return True
+        if self.take_if_free(session_id):
+            return True
         self.request(session_id)
         return False
 

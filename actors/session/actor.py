@@ -122,7 +122,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
 
     def stop(self) -> None:
         self.stop_asked = True  # offers nothing from now on: the stop is in the mailbox
-        pykka.ThreadingActor.stop(self)  # (the mixins' ``stop`` is only a declaration)
+        super().stop()
 
     def on_failure(self, *_: Any) -> None:
         self.on_stop()

@@ -5,6 +5,7 @@ another node). A mixin of ``SessionActor``: every method runs on the actor's thr
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from actors.session.deps import ActorDeps
@@ -25,9 +26,9 @@ class Noticing:
     closing: bool
     last_active: float
 
-    # ... and the SessionActor methods it calls.
-    def stop(self) -> None:
-        raise NotImplementedError
+    # ... and the actor methods it calls (``stop`` is pykka's, declared only: a stub here
+    # would stand before pykka's in the method order).
+    stop: Callable[[], None]
 
     def _work(self) -> None:
         raise NotImplementedError
