@@ -154,8 +154,12 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             raise TypeError(f"session actor got an unknown message: {message!r}")
-        if not isinstance(message, msg.Tick):  # a tick must not delay passivation
-            self.last_active = time.monotonic()
+        if isinstance(message, msg.Tick):
+            # Not active (a tick must not delay passivation), and the offer stays open: the
+            # tick settles it only before it acts (noticing.py), so a prompt written while
+            # the tick reads the store is still claimed with its enqueue.
+            return handler(message)
+        self.last_active = time.monotonic()
         if self._settle_offer() and isinstance(message, msg.CancelTurn):
             return None  # told before the claim committed: not for the turn just started
         return handler(message)

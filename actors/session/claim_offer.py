@@ -17,7 +17,9 @@ must be runnable at once.
 The offer's states are ``state_machines/claim_offer.py``. Threads: ``take`` runs inside the
 prompt's write and ``resolve`` after its commit (or failure), both on the writer thread;
 ``settle`` on the actor's thread before it handles any message (and in ``on_stop``), so an
-actor never claims, passivates or stops with a claim of its own session in flight.
+actor never claims, passivates or stops with a claim of its own session in flight. The one
+exception is the sweep's tick: it only reads unless it acts, and settles before it passivates
+(``noticing.py``), so the offer stays open through it.
 """
 
 from __future__ import annotations

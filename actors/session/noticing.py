@@ -29,6 +29,7 @@ class Noticing:
     # ... and the actor methods it calls (``stop`` is pykka's, declared only: a stub here
     # would stand before pykka's in the method order).
     stop: Callable[[], None]
+    _settle_offer: Callable[[], bool]  # the claim-offer mixin's (claimed_turns.py)
 
     def _work(self) -> None:
         raise NotImplementedError
@@ -37,9 +38,15 @@ class Noticing:
         raise NotImplementedError
 
     def _tick(self, now: float, over_cap: bool) -> None:
+        """The sweep's tick. It comes with the claim offer still open (``_dispatch``): it
+        settles the offer before it passivates, and stopping settles it in ``on_stop``."""
         self._notice_other_processes()
+        if self.closing:
+            return
         idle_for = now - self.last_active
         if self.turn is None and (over_cap or idle_for >= self.deps.settings.passivate_after_s):
+            if self._settle_offer():
+                return  # a prompt's write claimed a turn meanwhile: not idle any more
             pending = self.store.read(lambda c: queries.next_queued(c, self.session_id))
             if pending is None:
                 if over_cap:
