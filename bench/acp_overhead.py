@@ -230,11 +230,11 @@ def measure(
         spec = AgentSpec("example-agent", EXAMPLE)
         session_id = store.spawn(spec, workdir, None, None, None).session.id
         # The session actors' own setting: the least time between two writes of output.
-        recorder = StoreRecorder(store, session_id, RuntimeSettings().record_interval_s)
+        recorder = StoreRecorder(store, session_id, loop, RuntimeSettings().record_interval_s)
         progress("starting agents (one process per side, ~1.5 s each)")
         sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks))
         quiet_id = store.spawn(spec, workdir, None, None, None).session.id
-        quiet = StoreRecorder(store, quiet_id, RuntimeSettings().record_interval_s)
+        quiet = StoreRecorder(store, quiet_id, loop, RuntimeSettings().record_interval_s)
         sides.append(_runtime_side(NO_METRICS, loop, workdir, quiet, blocks))
         sides[-1].around = _metrics_off
         sides.append(_plain_side(loop, workdir, text))

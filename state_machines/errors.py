@@ -29,6 +29,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── ConfigError            a bad configuration file or value (control_plane/config.py)
     ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)
+    ├── RecorderStopped        a recorder's protocol loop stopped (actors/session/recorder.py)
     ├── BridgeRefused          a subagent tool request refused (control_plane/subagents/rules.py)
     ├── MetricsAddressError    a --metrics value that is not HOST:PORT (control_plane/metrics.py)
     ├── ListenRefused          bad or unsafe --listen options (control_plane/remote/run.py)

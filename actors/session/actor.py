@@ -69,7 +69,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.epoch = -1
         self.conn: AgentConnection | None = None
         self.recorder = StoreRecorder(
-            deps.store, session_id, min_interval_s=deps.settings.record_interval_s
+            deps.store, session_id, deps.loop, min_interval_s=deps.settings.record_interval_s
         )
         self.budget = BudgetWatch.attached(self.recorder, deps)  # usage against budgets
         self.trace: TurnTrace | None = None  # the session's spans, once its agent is known

@@ -19,15 +19,21 @@ commits opens the way for the next one or two frames to go alone, each costing a
 never wait for it; a session actor flushes when it stops its agent, so nothing held back is
 left behind at shutdown.
 
-The write pipeline's state is the table in ``state_machines/recorder.py`` (``idle``, ``armed``,
-``in_flight``, ``failed``); every change of it goes through that table. The state and the
-buffer are shared by the protocol loop (frames handed over, the interval timer), the actor
-thread (``flush_future``, ``write_after``) and the writer thread (a write's completion)
-under one lock: posting completions back to the loop instead would add a thread hand-off to
-every flush and outcome on the turn's critical path.
+**One thread.** The write pipeline (its state, the buffer, the interval and retry timers)
+lives on the protocol loop and is touched there only, without a lock. Its state is the table
+in ``state_machines/recorder.py`` (``idle``, ``armed``, ``in_flight``, ``failed``); every
+change of it goes through that table. Other threads reach it by posting to the loop:
 
-The recorder also keeps the running turn's message text (``take_text``), read from the
-frames as they pass, so the outcome does not read the turn back from the log.
+- the actor thread's ``flush_future`` and ``write_after`` (one hop to the loop, which submits);
+- the store's writer thread, when a write ends, posts ``written`` (or ``refused``, ``lost``)
+  back. Before that it settles the callers that write carried (the futures of the
+  ``write_after``s in it, the flushes its commit satisfies): those are the write's own, fixed
+  when it was submitted, so the writer thread reads nothing the loop changes, and a turn's
+  outcome reaches its actor straight from the commit, not through the loop.
+
+The one piece read off the loop is the running turn's message text (``take_text``, the
+actor's, when it records the outcome): collected from the frames as they pass, under a lock
+of its own, so the outcome does not read the turn back from the log.
 """
 
 from __future__ import annotations
@@ -38,10 +44,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 from actors import telemetry
 from actors.session.text import TurnText
+from protocol.loop import ProtocolLoop
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
 from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
@@ -55,38 +63,57 @@ Frame = tuple[str | None, tuple[str, str, Any]]
 After = tuple[Callable[[WriteContext], Any], Future[Any]]
 
 
+class RecorderStopped(ControlPlaneError):
+    """The protocol loop that owns the recorder has stopped: nothing more can be written."""
+
+
+@dataclass
+class _Write:
+    """One write to the store and the callers it settles (fixed at submission)."""
+
+    frames: list[Frame]
+    afters: list[After]
+    flushes: list[Future[None]] = field(default_factory=list)
+
+
 class StoreRecorder:
-    def __init__(self, store: Store, session_id: str, min_interval_s: float = 0.0) -> None:
+    def __init__(
+        self, store: Store, session_id: str, loop: ProtocolLoop, min_interval_s: float = 0.0
+    ) -> None:
         self._store = store
+        self._ploop = loop
+        self._loop = loop.loop
         self._min_interval_s = min_interval_s
-        self._last_submit = 0.0  # monotonic time of the last write's submission
-        self._state = RecorderState.IDLE  # the write pipeline (state_machines/recorder.py)
-        self._urgent = False  # something pending must not wait for the interval
-        self._loop: asyncio.AbstractEventLoop | None = None  # the tap's loop, for the timer
         self.session_id = session_id
         self.command_id: str | None = None  # set by the session actor for each turn
         self.epoch: int | None = None  # the owner's fencing epoch; stale writes are refused
-        self._lock = threading.Lock()
+        # The pipeline: the loop's only.
+        self._state = RecorderState.IDLE
+        self._last_submit = 0.0  # monotonic time of the last write's submission
+        self._urgent = False  # something pending must not wait for the interval
         self._buffer: list[Frame] = []
         self._after: list[After] = []
+        self._flushes: list[tuple[int, Future[None]]] = []  # (frames handed, waiter)
         self._handed = 0
         self._durable = 0
         self._error: BaseException | None = None  # why the pipeline failed
         self._dropped = 0  # frames handed over after it failed (not written)
         self._retry_delay = 0.0  # the backoff while the store refuses writes (0: it takes them)
-        self._waiters: list[tuple[int, Future[None]]] = []
+        # The turn's text: written on the loop, taken by the actor.
+        self._text_lock = threading.Lock()
         self._text = TurnText()
         # Called with each session/update frame as it passes (on the loop), after it is
         # handed over: the session's budget watch (costs) and turn trace (tool calls).
         self.watchers: list[Callable[[dict[str, Any]], None]] = []
 
-    # -- Recorder protocol (called on the protocol loop) ---------------------------------
+    # -- Recorder protocol (on the protocol loop) -----------------------------------------
 
     def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
         # The raw tap parsed the frames already: each is stored as is, without a second parse.
         if self.command_id is not None:
-            for _, message in frames:
-                self._text.add(message)
+            with self._text_lock:
+                for _, message in frames:
+                    self._text.add(message)
         for watch in self.watchers:
             for _, message in frames:
                 watch(message)
@@ -114,23 +141,13 @@ class StoreRecorder:
 
     def take_text(self) -> str:
         """The running turn's message text so far (and start the next turn's)."""
-        with self._lock:
+        with self._text_lock:
             return self._text.take()
 
     def flush_future(self) -> Future[None]:
+        """Resolves once every frame handed over before this call has committed."""
         future: Future[None] = Future()
-        with self._lock:
-            if self._error is not None:
-                future.set_exception(self._error)
-                return future
-            if self._durable >= self._handed:
-                future.set_result(None)
-                return future
-            self._waiters.append((self._handed, future))
-            if self._state is RecorderState.IN_FLIGHT or not self._buffer:
-                return future
-            batch, after = self._take_pending()  # a flush does not wait for the interval
-        self._submit(batch, after)
+        self._on_loop(self._flush, future)
         return future
 
     def write_after(self, fn: Callable[[WriteContext], Any]) -> Future[Any]:
@@ -139,96 +156,169 @@ class StoreRecorder:
         yet). ``fn`` runs inside a savepoint: if it raises, its future fails and the frames
         still commit."""
         future: Future[Any] = Future()
-        with self._lock:
-            if self._error is not None:
-                future.set_exception(self._error)
-                return future
-            self._after.append((fn, future))
-            if self._state is RecorderState.IN_FLIGHT:
-                return future
-            batch, after = self._take_pending()
-        self._submit(batch, after)
+        self._on_loop(self._write_after, fn, future)
         return future
 
-    def _hand_over(self, events: list[tuple[str, str, Any]], urgent: bool = False) -> None:
-        with self._lock:
-            if self._state is RecorderState.FAILED:
-                # Frames after lost ones would leave an unmarked hole behind them in the log.
-                if not self._dropped:
-                    log.error(
-                        "session %s: not recording events after a failed write (%s)",
-                        self.session_id,
-                        self._error,
-                    )
-                self._dropped += len(events)
+    def _on_loop(self, handler: Callable[..., None], *args: Any) -> None:
+        """Run ``handler(*args, future)`` on the loop: now when called there, else posted.
+        ``args[-1]`` is the caller's future, failed at once if the loop is gone."""
+        if self._ploop.in_loop_thread():
+            handler(*args)
+            return
+        future: Future[Any] = args[-1]
+        if self._loop.is_running():
+            try:
+                self._loop.call_soon_threadsafe(handler, *args)
                 return
-            command_id = self.command_id
-            self._buffer.extend((command_id, event) for event in events)
-            self._handed += len(events)
-            if self._state is RecorderState.IN_FLIGHT:
-                self._urgent = self._urgent or urgent
-                return  # the write in flight takes these along when it is done
-            if self._state is RecorderState.ARMED and not urgent:
-                return  # the armed timer takes these along
-            wait = 0.0 if urgent else self._interval_left()
-            if wait > 0:
-                try:
-                    self._loop = asyncio.get_running_loop()
-                except RuntimeError:
-                    pass  # not on a loop (a test, a host thread): no timer, no wait
-                else:
-                    self._to(RecorderEvent.HOLD)
-                    self._loop.call_later(wait, self._interval_over)
-                    return
-            batch, after = self._take_pending()
-        self._submit(batch, after)
+            except RuntimeError:
+                pass  # closed between the check and the post
+        future.set_exception(
+            RecorderStopped(f"session {self.session_id}: the protocol loop stopped; not recorded")
+        )
+
+    # -- the pipeline (on the loop) -------------------------------------------------------
+
+    def _flush(self, future: Future[None]) -> None:
+        if self._error is not None:
+            future.set_exception(self._error)
+        elif self._durable >= self._handed:
+            future.set_result(None)
+        else:
+            self._flushes.append((self._handed, future))
+            if self._state is not RecorderState.IN_FLIGHT and self._buffer:
+                self._submit_pending()  # a flush does not wait for the interval
+
+    def _write_after(self, fn: Callable[[WriteContext], Any], future: Future[Any]) -> None:
+        if self._error is not None:
+            future.set_exception(self._error)
+            return
+        self._after.append((fn, future))
+        if self._state is not RecorderState.IN_FLIGHT:
+            self._submit_pending()
+
+    def _hand_over(self, events: list[tuple[str, str, Any]], urgent: bool = False) -> None:
+        if self._state is RecorderState.FAILED:
+            # Frames after lost ones would leave an unmarked hole behind them in the log.
+            if not self._dropped:
+                log.error(
+                    "session %s: not recording events after a failed write (%s)",
+                    self.session_id,
+                    self._error,
+                )
+            self._dropped += len(events)
+            return
+        command_id = self.command_id
+        self._buffer.extend((command_id, event) for event in events)
+        self._handed += len(events)
+        if self._state is RecorderState.IN_FLIGHT:
+            self._urgent = self._urgent or urgent
+            return  # the write in flight takes these along when it is done
+        if self._state is RecorderState.ARMED and not urgent:
+            return  # the armed timer takes these along
+        wait = 0.0 if urgent else self._interval_left()
+        if wait > 0:
+            self._to(RecorderEvent.HOLD)
+            self._loop.call_later(wait, self._interval_over)
+            return
+        self._submit_pending()
 
     def _to(self, event: RecorderEvent) -> None:
-        """(Under the lock.) The pipeline's next state, by the table."""
+        """The pipeline's next state, by the table."""
         self._state = RECORDER_MACHINE.next_state(self._state, event, self.session_id)
 
     def _interval_left(self) -> float:
         return self._last_submit + self._min_interval_s - time.monotonic()
 
     def _interval_over(self) -> None:
-        with self._lock:
-            if self._state is not RecorderState.ARMED:
-                return  # a flush or write_after went first; its completion takes the rest
-            batch, after = self._take_pending()
-            if not (batch or after):
-                self._to(RecorderEvent.TIMER_EMPTY)
-                return
-        self._submit(batch, after)
+        """The interval's (or a retry's) timer."""
+        if self._state is not RecorderState.ARMED:
+            return  # a flush or write_after went first; its completion takes the rest
+        if not (self._buffer or self._after):
+            self._to(RecorderEvent.TIMER_EMPTY)
+            return
+        self._submit_pending()
 
-    def _take_pending(self) -> tuple[list[Frame], list[After]]:
-        """Everything waiting, for the next write (under the lock); when there is any, the
-        write is in flight from now on."""
-        batch, after = self._buffer, self._after
-        self._buffer, self._after = [], []
+    def _submit_pending(self) -> None:
+        """Write everything waiting, with the flushes it satisfies; the write is in flight
+        from now on. Nothing waiting: nothing happens."""
+        if not (self._buffer or self._after):
+            return
+        write = _Write(self._buffer, self._after, [f for _, f in self._flushes])
+        self._buffer, self._after, self._flushes = [], [], []
         self._urgent = False
-        if batch or after:
-            self._to(RecorderEvent.SUBMIT)
-            self._last_submit = time.monotonic()
-        return batch, after
-
-    def _submit(self, batch: list[Frame], after: list[After]) -> None:
+        self._to(RecorderEvent.SUBMIT)
+        self._last_submit = time.monotonic()
         epoch = self.epoch
+        session_id = self.session_id
 
-        def write(ctx: WriteContext) -> list[tuple[bool, Any]]:
-            if batch:
+        def transaction(ctx: WriteContext) -> list[tuple[bool, Any]]:
+            if write.frames:
                 if epoch is not None:
-                    ops.check_epoch(ctx.conn, self.session_id, epoch)
-                self._append(ctx, batch)
-            return [ctx.isolated(fn) for fn, _ in after]
+                    ops.check_epoch(ctx.conn, session_id, epoch)
+                _append(ctx, session_id, write.frames)
+            return [ctx.isolated(fn) for fn, _ in write.afters]
 
         try:
-            future = self._store.submit(write)
+            future = self._store.submit(transaction)
         except ControlPlaneError as exc:  # the store is closed: fail what waits, loudly
             future = Future()
             future.set_exception(exc)
-        future.add_done_callback(lambda f: self._done(f, batch, after))
+        future.add_done_callback(lambda f: self._ended(f, write))
 
-    def _retry_later(self, written: list[Frame], after: list[After], exc: BaseException) -> None:
+    # -- a write's end (on the writer thread, or the submitting one when it failed at once)
+
+    def _ended(self, future: Future[list[tuple[bool, Any]]], write: _Write) -> None:
+        exc = future.exception()
+        if isinstance(exc, StoreUnavailable):
+            self._post(self._refused, write, exc)  # retried: its callers keep waiting
+            return
+        if exc is not None and write.frames:
+            self._post(self._lost, exc)
+        else:
+            self._post(self._written, len(write.frames))
+        # The callers this write carried, after the post: what they do next (a turn's
+        # next write) reaches the loop behind it.
+        for waiter in write.flushes:
+            if exc is not None:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(None)
+        results = [(False, exc)] * len(write.afters) if exc is not None else future.result()
+        for (_, caller), (ok, value) in zip(write.afters, results, strict=True):
+            if ok:
+                caller.set_result(value)
+            else:
+                caller.set_exception(value)
+
+    def _post(self, handler: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(handler, *args)
+        except RuntimeError:  # the loop closed: nobody hands over frames any more
+            log.warning("session %s: a write ended after the protocol loop closed", self.session_id)
+
+    # -- ... and back on the loop
+
+    def _written(self, count: int) -> None:
+        if self._retry_delay:
+            log.info("recording events of session %s works again", self.session_id)
+            self._retry_delay = 0.0
+        self._durable += count
+        done = [w for w in self._flushes if w[0] <= self._durable]
+        self._flushes = [w for w in self._flushes if w[0] > self._durable]
+        for _, waiter in done:  # flushes that came while the write was in flight
+            waiter.set_result(None)
+        wait = self._interval_left()
+        if wait > 0 and self._buffer and not (self._after or self._flushes or self._urgent):
+            # Updates that came in during the write wait out the interval too (nobody is
+            # waiting for them): the next write takes whatever arrives meanwhile.
+            self._to(RecorderEvent.HOLD)
+            self._loop.call_later(wait, self._interval_over)
+        elif self._buffer or self._after:
+            self._submit_pending()  # in_flight -> in_flight
+        else:
+            self._to(RecorderEvent.WRITTEN)
+
+    def _refused(self, write: _Write, exc: BaseException) -> None:
         """The store refused the write for now (lock, disk full): nothing is dropped and
         nothing reordered. The frames and the writes behind them go back to the front of
         what is pending and are written again after a backoff (0.05 s doubling to 2 s);
@@ -240,99 +330,36 @@ class StoreRecorder:
                 exc,
             )
         self._retry_delay = min(2.0, max(0.05, self._retry_delay * 2))
-        with self._lock:
-            self._buffer[:0] = written
-            self._after[:0] = after
-            self._to(RecorderEvent.REFUSED)  # new frames wait for the retry: it takes them
-            loop = self._loop
-        delay = self._retry_delay
-        if loop is not None and loop.is_running():
-            try:
-                loop.call_soon_threadsafe(loop.call_later, delay, self._interval_over)
-                return
-            except RuntimeError:
-                pass  # the loop closed meanwhile
-        timer = threading.Timer(delay, self._interval_over)
-        timer.daemon = True
-        timer.start()
+        self._buffer[:0] = write.frames
+        self._after[:0] = write.afters
+        # Every flush that waited on it was for frames handed before it: all of them now.
+        self._flushes[:0] = [(self._durable + len(write.frames), f) for f in write.flushes]
+        self._to(RecorderEvent.REFUSED)  # new frames wait for the retry: it takes them
+        self._loop.call_later(self._retry_delay, self._interval_over)
 
-    def _append(self, ctx: WriteContext, batch: list[Frame]) -> None:
-        run: list[tuple[str, str, Any]] = []
-        run_command: str | None = batch[0][0]
-        for command_id, event in batch:
-            if command_id != run_command:
-                ops.append_frames(ctx, self.session_id, run_command, run)
-                run, run_command = [], command_id
-            run.append(event)
-        ops.append_frames(ctx, self.session_id, run_command, run)
+    def _lost(self, exc: BaseException) -> None:
+        """A write of frames failed for good: nothing is written behind lost frames, and
+        whoever waits fails with them."""
+        log.error("recording events of session %s failed: %s", self.session_id, exc)
+        self._error = exc
+        self._to(RecorderEvent.LOST)
+        self._dropped += len(self._buffer)
+        self._buffer = []
+        flushes, self._flushes = self._flushes, []
+        afters, self._after = self._after, []
+        for _, waiter in flushes:
+            waiter.set_exception(exc)
+        for _, caller in afters:
+            caller.set_exception(exc)
 
-    def _done(
-        self, future: Future[list[tuple[bool, Any]]], written: list[Frame], after: list[After]
-    ) -> None:
-        # Runs after the commit (or the failure): on the store's writer thread, or on the
-        # submitting thread when the write had already failed.
-        exc = future.exception()
-        count = len(written)
-        if isinstance(exc, StoreUnavailable):
-            self._retry_later(written, after, exc)
-            return
-        if self._retry_delay:
-            log.info("recording events of session %s works again", self.session_id)
-            self._retry_delay = 0.0
-        lost: list[After] = []
-        with self._lock:
-            if exc is not None and count:
-                log.error("recording events of session %s failed: %s", self.session_id, exc)
-                self._error = exc
-                self._to(RecorderEvent.LOST)
-                # Nothing is written behind lost frames: whoever waits fails with them.
-                ready, self._waiters = self._waiters, []
-                lost, self._after = self._after, []
-                self._dropped += len(self._buffer)
-                self._buffer = []
-                batch: list[Frame] = []
-                more: list[After] = []
-                wait, loop = 0.0, None
-            else:
-                self._durable += count
-                ready = [w for w in self._waiters if w[0] <= self._durable or exc is not None]
-                self._waiters = [w for w in self._waiters if w not in ready]
-                wait, loop = self._interval_left(), self._loop
-                if (
-                    wait > 0
-                    and loop is not None
-                    and loop.is_running()
-                    and self._buffer
-                    and not (self._after or self._waiters or self._urgent)
-                ):
-                    # Updates that came in during the write wait out the interval too
-                    # (nobody is waiting for them): the next write takes whatever arrives
-                    # meanwhile.
-                    self._to(RecorderEvent.HOLD)
-                    batch, more = [], []
-                else:
-                    loop = None
-                    batch, more = self._take_pending()
-                    if not (batch or more):
-                        self._to(RecorderEvent.WRITTEN)
-        # Callers first: what comes next (a timer, the next write) must not keep them waiting.
-        for _, waiter in ready:
-            if exc is not None:
-                waiter.set_exception(exc)
-            else:
-                waiter.set_result(None)
-        results = [(False, exc)] * len(after) if exc is not None else future.result()
-        for (_, caller), (ok, value) in zip(after, results, strict=True):
-            if ok:
-                caller.set_result(value)
-            else:
-                caller.set_exception(value)
-        for _, caller in lost:
-            caller.set_exception(exc or StoreUnavailable("the recorder failed"))
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(loop.call_later, wait, self._interval_over)
-            except RuntimeError:  # the loop closed meanwhile: write them now
-                self._interval_over()
-        elif batch or more:
-            self._submit(batch, more)
+
+def _append(ctx: WriteContext, session_id: str, batch: list[Frame]) -> None:
+    """The frames in order, one ``append_frames`` per run of one command's frames."""
+    run: list[tuple[str, str, Any]] = []
+    run_command: str | None = batch[0][0]
+    for command_id, event in batch:
+        if command_id != run_command:
+            ops.append_frames(ctx, session_id, run_command, run)
+            run, run_command = [], command_id
+        run.append(event)
+    ops.append_frames(ctx, session_id, run_command, run)

@@ -1,10 +1,9 @@
-"""Session feeds (committed events handed to watchers from memory), the recorder's
-``write_after`` (a turn's outcome committed behind its last updates) and ``WriteContext.isolated``.
-A real store each time, on each backend."""
+"""Session feeds (committed events handed to watchers from memory) and
+``WriteContext.isolated``. A real store each time, on each backend. The recorder's own tests
+(``write_after``, the interval) are in test_recorder_pipeline.py."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from pathlib import Path
@@ -12,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from actors.session.recorder import StoreRecorder
 from state_machines import CommandState, IllegalTransition
 from store import NewEvent, SessionCommit, Store, ops
 from store.writer import WriteContext
 from tests.conftest import AGENT
-from tests.support.update_frames import chunk_frame
 
 PROMPT = [{"type": "text", "text": "hello"}]
 
@@ -234,106 +231,3 @@ def test_isolated_undoes_only_the_failing_part_and_what_it_registered(
     assert _kinds_after_spawn(store, sid) == ["before"]
     assert [e.kind for s in seen.shares for e in s.events] == ["before"]
     assert store.get_command(cid).state is CommandState.QUEUED
-
-
-def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
-    store: Store, tmp_path: Path
-) -> None:
-    sid, cid = _session(store, tmp_path)
-    store.claim_next(sid)
-    recorder = StoreRecorder(store, sid)
-    recorder.command_id = cid
-    for i in range(300):  # some land in flight, the rest wait for the next write
-        recorder.updates([chunk_frame(i)])
-
-    def outcome(ctx: WriteContext) -> str:
-        ops.append_events(ctx, sid, cid, [NewEvent("turn_ended", {})])
-        ops.complete(ctx, cid, {"text": "done"})
-        return "ok"
-
-    assert recorder.write_after(outcome).result(30) == "ok"
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 300 + ["turn_ended"]
-    assert store.get_command(cid).state is CommandState.COMPLETED
-    assert recorder.take_text() == "".join(f"c{i} " for i in range(300))
-    assert recorder.take_text() == ""  # taken: the next turn starts empty
-
-
-def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
-    store: Store, tmp_path: Path
-) -> None:
-    sid, cid = _session(store, tmp_path)
-    recorder = StoreRecorder(store, sid)
-    recorder.command_id = cid
-    for i in range(5):
-        recorder.updates([chunk_frame(i)])
-    failed = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {}))  # still queued
-    with pytest.raises(IllegalTransition):
-        failed.result(30)
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
-    assert not recorder.failed  # the frames committed: recording goes on
-    recorder.updates([chunk_frame(5)])
-    recorder.flush_future().result(30)
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 6
-
-
-def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
-    store: Store, tmp_path: Path
-) -> None:
-    """With ``min_interval_s``, updates handed over on a loop within the interval after a
-    write are committed together by one later write; a flush or an outcome goes at once."""
-    sid, cid = _session(store, tmp_path)
-    store.claim_next(sid)
-    recorder = StoreRecorder(store, sid, min_interval_s=0.5)
-    recorder.command_id = cid
-
-    async def run() -> tuple[int, int, float]:
-        recorder.updates([chunk_frame(0)])  # nothing written for a while: goes at once
-        recorder.flush_future().result(30)
-        batches_before = store.commit_stats[0]
-        for i in range(1, 6):  # within the interval: held back, then one write
-            recorder.updates([chunk_frame(i)])
-            await asyncio.sleep(0.01)
-        held = store.commit_stats[0] - batches_before
-        await asyncio.sleep(0.7)  # the interval passes: the held updates are written
-        recorder.flush_future().result(30)
-        grouped = store.commit_stats[0] - batches_before
-        recorder.updates([chunk_frame(6)])  # within the interval of that write again
-        started = time.monotonic()
-        done = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {"text": "t"}))
-        await asyncio.wrap_future(done)
-        return held, grouped, time.monotonic() - started
-
-    held, grouped, outcome_wait = asyncio.run(run())
-    assert held == 0 and grouped == 1
-    assert outcome_wait < 0.4  # the outcome did not wait for the 0.5 s interval
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 7
-    assert store.get_command(cid).state is CommandState.COMPLETED
-
-
-def test_recorder_interval_never_holds_back_a_flush_or_a_lifecycle_event(
-    store: Store, tmp_path: Path
-) -> None:
-    """A flush while the interval's timer is armed writes at once; so does an event (the
-    actor's own writes follow events like ``agent_exited``: they must not overtake them)."""
-    sid, cid = _session(store, tmp_path)
-    recorder = StoreRecorder(store, sid, min_interval_s=5.0)
-    recorder.command_id = cid
-
-    async def run() -> tuple[float, float]:
-        recorder.updates([chunk_frame(0)])  # goes at once, starts the interval
-        recorder.flush_future().result(30)
-        recorder.updates([chunk_frame(1)])  # held: the timer is armed for ~5 s
-        started = time.monotonic()
-        await asyncio.wrap_future(recorder.flush_future())
-        flushed_after = time.monotonic() - started
-        recorder.updates([chunk_frame(2)])  # held again
-        started = time.monotonic()
-        recorder.event("agent_exited", {"exitCode": 1})
-        while len(_kinds_after_spawn(store, sid)) < 4:
-            await asyncio.sleep(0.01)
-            assert time.monotonic() - started < 4, "the event waited for the interval"
-        return flushed_after, time.monotonic() - started
-
-    flushed_after, event_after = asyncio.run(run())
-    assert flushed_after < 4 and event_after < 4
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 3 + ["agent_exited"]

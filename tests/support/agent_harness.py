@@ -37,7 +37,7 @@ class AgentHarness:
         self.loop = loop or ProtocolLoop()
         spec = AgentSpec("example-agent", EXAMPLE)
         self.session_id = self.store.spawn(spec, str(self.workdir), None, None, None).session.id
-        self.recorder = StoreRecorder(self.store, self.session_id)
+        self.recorder = StoreRecorder(self.store, self.session_id, self.loop)
         self.connections: list[AgentConnection] = []
 
     def connect(
