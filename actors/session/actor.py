@@ -35,7 +35,7 @@ from actors.session.claim_offer import ActorOffer
 from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
 from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
-from actors.session.family import children_cap_full, run_is_over, wake_siblings
+from actors.session.family import announcing, children_cap_full, run_is_over, wake_siblings
 from actors.session.noticing import Noticing
 from actors.session.outcomes import control_write, failed_turn, turn_outcome, turn_timeout_for
 from actors.session.recorder import StoreRecorder
@@ -317,10 +317,12 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             return
         queued = True  # whether to look at the queue again (a failed turn always does)
         if message.error is not None or message.result is None:
-            write, agent_alive = failed_turn(
+            failed, agent_alive = failed_turn(
                 self.session_id, self.epoch, message.command_ids, message.error, self.recorder
             )
+            write, announced = self._announcing(failed, message.command_ids)
             self._after_frames(write)
+            announced()
             if not agent_alive:
                 self._stop_agent(kill=True)
         else:
@@ -342,13 +344,24 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         """Commit the turn's outcome; whether a command was queued at that commit."""
         outcome, final, error = turn_outcome(result, self.recorder.take_text(), self.turn_timeout)
         sid, epoch = self.session_id, self.epoch
-        write, then = self.budget.after_turn(
+        finish, then = self.budget.after_turn(
             lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, final, error),
             outcome.get("usage"),
         )
+        write, announced = self._announcing(finish, ids)
         queued = self._after_frames(write)
         then()
+        announced()
         return queued
+
+    def _announcing(
+        self, write: Callable[[WriteContext], T], ids: tuple[str, ...]
+    ) -> tuple[Callable[[WriteContext], T], Callable[[], None]]:
+        """A child's turn end with its announce to the parent, in one transaction."""
+        if self.facts.parent_id is None:
+            return write, lambda: None
+        as_prompt = bool(self.facts.metadata.get("announcePrompt", True))
+        return announcing(write, self.session_id, ids, as_prompt, self.deps.notify)
 
     def _after_frames(self, fn: Callable[[WriteContext], T]) -> T:
         """Commit a turn's end behind (and with) the turn's last recorded updates."""

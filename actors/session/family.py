@@ -1,12 +1,22 @@
 """A session among its siblings (children of one parent): the cap on children running at
-once, waking the siblings it held back, and the end of a ``mode=run`` child's one run."""
+once, waking the siblings it held back, the end of a ``mode=run`` child's one run, and its
+turn's end announced to the parent in the same transaction."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from state_machines import SessionState
 from store import Store, queries
+from store.faults import fault_point
+from store.ops.announce import announce_turn
+from store.writer import WriteContext
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def run_is_over(store: Store, session_id: str) -> bool:
@@ -28,3 +38,38 @@ def wake_siblings(
     for sibling in store.list_sessions(parent_id=parent_id, limit=10_000):
         if sibling.id != session_id and sibling.state is not SessionState.CLOSED:
             notify(sibling.id)
+
+
+def announcing(
+    write: Callable[[WriteContext], T],
+    session_id: str,
+    command_ids: tuple[str, ...],
+    as_prompt: bool,
+    notify: Callable[[str], None],
+) -> tuple[Callable[[WriteContext], T], Callable[[], None]]:
+    """A child's turn-ending ``write`` that also announces the turn to the parent (when the
+    child announces: ``announce_turn``), in one transaction: the announce commits with the
+    turn's end, not after a delivery and a commit of its own. The second function, called
+    after the commit, wakes a parent that got a follow-up prompt. The announce runs in a
+    savepoint: if it fails, the turn's end still commits and the delivery's announce sink
+    (actors/delivery/announce.py) announces the run later."""
+    announced: list[tuple[str, int]] = []
+
+    def both(ctx: WriteContext) -> T:
+        announced.clear()  # a write may run again (a group commit retried): its last run counts
+        result = write(ctx)
+        ok, value = ctx.isolated(lambda c: announce_turn(c, session_id, command_ids, as_prompt))
+        if not ok:
+            log.warning("session %s: announcing with the turn's end failed: %s", session_id, value)
+        elif isinstance(value, tuple):
+            announced.append(value)
+        return result
+
+    def after_commit() -> None:
+        for parent_id, count in announced:
+            if count:
+                fault_point("announce.after_commit")
+                if as_prompt:
+                    notify(parent_id)
+
+    return both, after_commit

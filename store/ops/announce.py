@@ -1,5 +1,7 @@
-"""A child session's finished runs announced to its parent, exactly once (the transaction
-of ``actors/delivery/AnnounceSink``; see ``actors/delivery/announce.py`` for when it runs).
+"""A child session's finished runs announced to its parent, exactly once: in the transaction
+that ends the child's turn (``announce_turn``, the session actor's), and after any event that
+ends a run by ``actors/delivery/AnnounceSink`` (``announce_finished_runs``: what the turn's
+end did not announce, say a run interrupted by a crash; see ``actors/delivery/announce.py``).
 
 For every finished prompt of the child not announced yet: an ``announce`` event in the
 parent's log and, by default, a follow-up prompt for the parent whose idempotency key is
@@ -11,6 +13,8 @@ interrupted, failed by a turn timeout -> timeout, failed -> error.
 from __future__ import annotations
 
 from typing import Any
+
+from sqlalchemy import Connection
 
 from state_machines import OutcomeStatus, SessionState, outcome_status
 from state_machines.event_kinds import EventKind
@@ -33,16 +37,55 @@ def announce_finished_runs(
     ctx: WriteContext, child_id: str, parent_id: str, as_prompt: bool
 ) -> int:
     """Announce every finished, not yet announced prompt run of the child; returns how many."""
-    conn = ctx.conn
-    parent = queries.get_session(conn, parent_id)
-    if parent.state is SessionState.CLOSED:
+    if queries.get_session(ctx.conn, parent_id).state is SessionState.CLOSED:
         return 0
-    done = 0
-    for command in queries.commands_of(conn, child_id):
-        if command.kind is not CommandKind.PROMPT or not command.is_final:
-            continue
-        if queries.announced(conn, parent_id, command.id):
-            continue
+    runs = unannounced_runs(ctx.conn, child_id, parent_id)
+    return _announce(ctx, child_id, parent_id, as_prompt, runs)
+
+
+def announce_turn(
+    ctx: WriteContext, child_id: str, command_ids: tuple[str, ...], as_prompt: bool
+) -> tuple[str, int] | None:
+    """In the transaction that ends a child's turn: announce that turn's runs to the parent
+    its announce binding names, so the announce commits with the turn's end instead of a
+    delivery and a commit later. Returns the parent's id and how many runs were announced;
+    None when the child does not announce (or its parent is closed)."""
+    parent_id = queries.announce_parent(ctx.conn, child_id)
+    if parent_id is None:
+        return None
+    if queries.get_session(ctx.conn, parent_id).state is SessionState.CLOSED:
+        return None
+    turn = [queries.get_command(ctx.conn, command_id) for command_id in command_ids]
+    runs = unannounced_runs(ctx.conn, child_id, parent_id, turn)
+    return parent_id, _announce(ctx, child_id, parent_id, as_prompt, runs)
+
+
+def unannounced_runs(
+    conn: Connection,
+    child_id: str,
+    parent_id: str,
+    commands: list[CommandRecord] | None = None,
+) -> list[CommandRecord]:
+    """The finished prompt runs of the child (of ``commands``, default all of them) not
+    announced to the parent yet."""
+    candidates = queries.commands_of(conn, child_id) if commands is None else commands
+    return [
+        command
+        for command in candidates
+        if command.kind is CommandKind.PROMPT
+        and command.is_final
+        and not queries.announced(conn, parent_id, command.id)
+    ]
+
+
+def _announce(
+    ctx: WriteContext,
+    child_id: str,
+    parent_id: str,
+    as_prompt: bool,
+    runs: list[CommandRecord],
+) -> int:
+    for command in runs:
         payload = _announcement(child_id, command)
         append_events(ctx, parent_id, None, [NewEvent(EventKind.ANNOUNCE, payload)])
         if as_prompt:
@@ -54,8 +97,7 @@ def announce_finished_runs(
                 {"content": [{"type": "text", "text": text}]},
                 f"announce:{command.id}",
             )
-        done += 1
-    return done
+    return len(runs)
 
 
 def _announcement(child_id: str, command: CommandRecord) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from store.queries.commands import (
     next_queued,
 )
 from store.queries.events import (
+    announce_parent,
     announced,
     bindings_of,
     command_events,
@@ -53,6 +54,7 @@ __all__ = [
     "StoreLevels",
     "agent_capabilities",
     "all_nodes",
+    "announce_parent",
     "announced",
     "bindings_of",
     "command_events",

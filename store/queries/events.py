@@ -6,7 +6,7 @@ from sqlalchemy import Connection, Select, func, select
 
 from state_machines.event_kinds import EventKind
 from store.dialect_sql import json_text
-from store.records import BindingRecord, EventRecord
+from store.records import BindingRecord, EventRecord, SinkKind
 from store.rows import binding_from_row, event_from_row
 from store.schema import bindings, delivery_checkpoints, events, sessions
 
@@ -107,6 +107,19 @@ def events_of_kinds_after(
         .order_by(events.c.seq)
     ).all()
     return [event_from_row(r) for r in rows]
+
+
+def announce_parent(conn: Connection, child_id: str) -> str | None:
+    """The parent the child announces its runs to (its active binding of kind ``parent``),
+    or None."""
+    row = conn.execute(
+        select(bindings.c.target).where(
+            bindings.c.session_id == child_id,
+            bindings.c.sink_kind == SinkKind.PARENT,
+            bindings.c.active.is_(True),
+        )
+    ).first()
+    return None if row is None else str(row[0])
 
 
 def announced(conn: Connection, parent_id: str, command_id: str) -> bool:

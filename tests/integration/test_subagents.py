@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from actors.delivery import announce as announce_sink
 from control_plane import CommandState, ControlPlane, LimitExceeded, SessionState
 from store import Store
 from store.faults import ENV_VAR
+from store.ops.announce import announce_finished_runs
+from store.write_context import appended_events
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, noop_agent, open_cp
 
@@ -67,6 +70,45 @@ def test_three_children_announce_exactly_once_and_the_parent_continues(
         assert sum(1 for x in lines if x["type"] == "custom_message") == 3
         child_export = cp.export_jsonl(kids[0].session.id, tmp_path / "child.jsonl")
         assert json.loads(child_export.read_text().splitlines()[0])["parentSession"] == pid
+
+
+def test_a_childs_turn_end_and_its_announce_commit_together(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The announce is written in the transaction that ends the child's turn: one commit
+    carries the child's ``turn_ended`` and the parent's ``announce`` (and its follow-up), and
+    the delivery's announce sink, handed the same events, finds nothing left to write."""
+    sink_writes: list[str] = []
+    real = announce_finished_runs
+
+    def counted(ctx: Any, child_id: str, parent_id: str, as_prompt: bool) -> int:
+        sink_writes.append(child_id)
+        return real(ctx, child_id, parent_id, as_prompt)
+
+    monkeypatch.setattr(announce_sink, "announce_finished_runs", counted)
+    with open_cp(tmp_path, db=db) as cp:
+        parent = cp.spawn(example_agent(tmp_path), tmp_path, "I am the parent")
+        assert parent.command is not None and cp.wait(parent.command.id, 30).ok
+        pid = parent.session.id
+        commits: list[list[tuple[str, str]]] = []
+        cp._store.subscribe_appends(
+            lambda appended: commits.append(
+                [(e.session_id, e.kind) for a in appended for e in appended_events(a)]
+            )
+        )
+        kid = cp.spawn(example_agent(tmp_path), tmp_path, "child task", parent=pid, mode="run")
+        kid_id = kid.session.id
+        eventually(lambda: len(_announces(cp, pid)) == 1)
+        eventually(_in_state(cp, kid_id, SessionState.CLOSED))
+        assert cp.wait_delivered(30)  # the sink has seen the turn's end and the close
+        carrying = [c for c in commits if (pid, "announce") in c]
+        assert len(carrying) == 1
+        assert (kid_id, "turn_ended") in carrying[0]
+        assert sink_writes == []
+        assert kid.command is not None
+        key = f"announce:{kid.command.id}"
+        follow_up = [c for c in cp.commands(pid) if c.idempotency_key == key]
+        assert len(follow_up) == 1 and cp.wait(follow_up[0].id, 30).ok
 
 
 def test_limits_refuse_too_deep_and_too_many_children_with_the_limit_named(
