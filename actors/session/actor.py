@@ -34,11 +34,12 @@ from actors.session.budget_watch import BudgetWatch
 from actors.session.claim_offer import ActorOffer
 from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
-from actors.session.durable import spare_interrupted_turn, write_after_frames, write_until_taken
-from actors.session.family import announcing, children_cap_full, run_is_over, wake_siblings
+from actors.session.durable import await_turn_end, spare_interrupted_turn, write_until_taken
+from actors.session.family import children_cap_full, run_is_over, wake_siblings
 from actors.session.noticing import Noticing
-from actors.session.outcomes import control_write, failed_turn, turn_outcome, turn_timeout_for
+from actors.session.outcomes import control_write, turn_timeout_for
 from actors.session.recorder import StoreRecorder
+from actors.session.turn_end import TurnEnder
 from actors.session.turn_trace import TurnTrace
 from protocol.agent.connection import AgentConnection
 from protocol.agent.types import TurnResult
@@ -77,6 +78,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.last_active = time.monotonic()
         self.closing = False
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
+        self.ender: TurnEnder | None = None  # how the running (or last) turn is ended
         self.halt = threading.Event()  # set by the supervisor: stop retrying writes
         deps.halts[self.actor_urn] = self.halt
         self.offer = ActorOffer(deps.offers, session_id, self.halt)  # idle: claim with enqueue
@@ -289,19 +291,42 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             self.trace.start(claimed, self.facts.metadata, self.conn.permissions)
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
         settings = self.deps.settings
+        self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
+        parent = self.facts.parent_id
+        ender = self.ender = TurnEnder(
+            self.session_id,
+            self.epoch,
+            ids,
+            self.turn_timeout,
+            self.recorder,
+            self.budget,
+            bool(self.facts.metadata.get("announcePrompt", True)) if parent else None,
+            self.deps.notify,
+        )
         ref = self.actor_ref
 
         def done(future: Future[TurnResult]) -> None:
-            # On the protocol loop. A cancelled future (the loop is stopping) or a dead
-            # actor (closed meanwhile) leaves nothing to report to.
+            # On the protocol loop: the turn's end is written from here (turn_end.py). A
+            # cancelled future (the loop is stopping) or a dead actor (closed meanwhile)
+            # leaves nothing to report to.
             if future.cancelled():
                 return
             exc = future.exception()
+            result = None if exc else future.result()
+            end = None
+            # A session closing, or an actor stopping (the process shutting down: the turn
+            # is interrupted, not ended) records no end here. Both flags are set on the
+            # actor before it cancels the turn or stops the agent: read here, after that
+            # made the agent answer, they are already true.
+            if not (self.closing or self.stop_asked or self.deps.stopping.is_set()):
+                try:
+                    end = ender.end(result, exc)
+                except Exception:  # the actor builds it again, and reports what fails
+                    log.exception("session %s: ending the turn on the loop", ender.session_id)
             with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(msg.TurnDone(ids, None if exc else future.result(), exc))
+                ref.tell(msg.TurnDone(ids, result, exc, end))
 
-        self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
-        # Not durable on return: the outcome is written behind the turn's last updates
+        # Not durable on return: the turn's end is written behind its last updates
         # (StoreRecorder.write_after), one commit for both.
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
         self.deps.loop.when_done(turn, done)
@@ -315,57 +340,28 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             self.trace.end(message)
         if self.closing:
             return
-        queued = True  # whether to look at the queue again (a failed turn always does)
-        if message.error is not None or message.result is None:
-            failed, agent_alive = failed_turn(
-                self.session_id, self.epoch, message.command_ids, message.error, self.recorder
-            )
-            write, announced = self._announcing(failed, message.command_ids)
-            self._after_frames(write)
-            announced()
-            if not agent_alive:
-                self._stop_agent(kill=True)
-        else:
-            queued = self._record_outcome(message.command_ids, message.result)
+        end = message.end
+        if end is None:  # the loop could not build it: built here (its errors raise here)
+            assert self.ender is not None
+            end = self.ender.end(message.result, message.error)
+        queued = await_turn_end(self.store, end.committed, end.write, self.halt, self.session_id)
+        for then in end.then:
+            then()
+        if not end.agent_alive:
+            self._stop_agent(kill=True)
+        failed = message.error is not None or message.result is None
         if self.facts.parent_id is not None:
             # After the outcome committed: a sibling held back by max_running_children
             # must see this session no longer running when it checks.
             wake_siblings(self.store, self.session_id, self.facts.parent_id, self.deps.notify)
-        if message.error is None and self.facts.metadata.get("mode") == "run":
+        if not failed and self.facts.metadata.get("mode") == "run":
             self.deps.slots.release(self.session_id)
             self._close("the run finished")  # mode=run: one turn, then closed
             return
-        if queued:
+        if failed or queued:  # a failed turn always looks at the queue again
             self._continue()
         else:  # nothing queued at the outcome's commit: what comes later finds the offer
             self.deps.slots.release(self.session_id)
-
-    def _record_outcome(self, ids: tuple[str, ...], result: TurnResult) -> bool:
-        """Commit the turn's outcome; whether a command was queued at that commit."""
-        outcome, final, error = turn_outcome(result, self.recorder.take_text(), self.turn_timeout)
-        sid, epoch = self.session_id, self.epoch
-        finish, then = self.budget.after_turn(
-            lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, final, error),
-            outcome.get("usage"),
-        )
-        write, announced = self._announcing(finish, ids)
-        queued = self._after_frames(write)
-        then()
-        announced()
-        return queued
-
-    def _announcing(
-        self, write: Callable[[WriteContext], T], ids: tuple[str, ...]
-    ) -> tuple[Callable[[WriteContext], T], Callable[[], None]]:
-        """A child's turn end with its announce to the parent, in one transaction."""
-        if self.facts.parent_id is None:
-            return write, lambda: None
-        as_prompt = bool(self.facts.metadata.get("announcePrompt", True))
-        return announcing(write, self.session_id, ids, as_prompt, self.deps.notify)
-
-    def _after_frames(self, fn: Callable[[WriteContext], T]) -> T:
-        """Commit a turn's end behind (and with) the turn's last recorded updates."""
-        return write_after_frames(self.store, self.recorder, fn, self.halt, self.session_id)
 
     def _run_control(self, command: CommandRecord) -> None:
         """set_mode / set_config_option: short agent calls, outcome recorded at once."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_when_event_set, wait_exponential
 
-from actors.session.recorder import StoreRecorder
 from state_machines import ControlPlaneError, StoreUnavailable
 from store import Store, ops
 from store.writer import WriteContext
@@ -49,23 +49,23 @@ def write_until_taken(
     return result
 
 
-def write_after_frames(
+def await_turn_end(
     store: Store,
-    recorder: StoreRecorder,
-    fn: Callable[[WriteContext], T],
+    committed: Future[T] | None,
+    write: Callable[[WriteContext], T],
     stopping: threading.Event,
     session_id: str,
 ) -> T:
-    """Commit a turn's end behind (and with) the turn's last recorded updates, so an outcome
-    never commits before its updates; raise what the write raised, as ``store.write``
-    would. The recorder retries while the store refuses writes; a shutdown ends the wait."""
-    if recorder.failed:
-        return write_until_taken(store, fn, stopping, session_id)  # the frames are lost already
-    future = recorder.write_after(fn)
+    """Wait for a turn's ending write, submitted behind (and with) the turn's last recorded
+    updates (``turn_end.py``), so an outcome never commits before its updates; raise what
+    the write raised, as ``store.write`` would. The recorder retries while the store refuses
+    writes; a shutdown ends the wait. ``committed`` None: the recorder had lost frames
+    before it, so the write goes straight to the store (``write_until_taken``)."""
+    if committed is None:
+        return write_until_taken(store, write, stopping, session_id)
     while True:
         try:
-            result: T = future.result(timeout=1.0)
-            return result
+            return committed.result(timeout=1.0)
         except TimeoutError:
             if stopping.is_set():
                 raise StoreUnavailable(

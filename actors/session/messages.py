@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from protocol.agent.types import TurnResult
+
+if TYPE_CHECKING:  # turn_end.py imports the actor's parts: no import cycle at run time
+    from actors.session.turn_end import TurnEnd
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class TurnDone:
     command_ids: tuple[str, ...]
     result: TurnResult | None
     error: BaseException | None
+    # The turn's ending write, already under way from the loop (actors/session/turn_end.py);
+    # None when the session is closing, or when the loop could not build it.
+    end: TurnEnd | None = None
 
 
 @dataclass(frozen=True)
