@@ -113,16 +113,28 @@ def run_batch(
     tasks_file = existing_file(tasks_file)
     tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
     config = ctx.config()
+    spec, agent_cwd = config.agent(agent)
+    _check_task_agents(tasks_file, tasks, config)
+    default_cwd = agent_cwd or os.getcwd()
+    # The input is good: the first task's agent starts now, before the runner is imported
+    # (the SDK's schema alone is ~0.8 s of CPU), so the agent's own start-up (its imports,
+    # as long again) runs while the runtime loads and the store opens; the first session
+    # that fits takes it (with shared processes, the first process started).
+    prestarted = PrestartPool()
+    if tasks:
+        first = tasks[0]
+        first_spec, first_cwd = config.agent(first.agent) if first.agent else (spec, agent_cwd)
+        prestarted = prestart_agent(
+            config, first_spec, first.cwd or first_cwd or default_cwd, "batch"
+        )
     # The runner (the SDK, the store, the actors) only once the input is known to be good.
     from control_plane.batch.run import BatchOptions, BatchRun, default_batch_id
 
-    spec, agent_cwd = config.agent(agent)
-    _check_task_agents(tasks_file, tasks, config)
     results = out_path or tasks_file.with_name(f"{tasks_file.stem}.results.jsonl")
     options = BatchOptions(
         batch_id=batch_id or default_batch_id(tasks_file),
         agent=spec,
-        default_cwd=agent_cwd or os.getcwd(),
+        default_cwd=default_cwd,
         results_path=results.resolve(),
         transcripts_dir=None if transcripts is None else transcripts.resolve(),
         retry_failed=retry_failed,
@@ -137,15 +149,6 @@ def run_batch(
             else config.budgets.batch.budget()
         ),
     )
-    # The first task's agent starts while the runtime loads and the store opens; the first
-    # session that fits takes it (with shared processes, the first process started).
-    prestarted = PrestartPool()
-    if tasks:
-        first = tasks[0]
-        first_spec, first_cwd = config.agent(first.agent) if first.agent else (spec, agent_cwd)
-        prestarted = prestart_agent(
-            config, first_spec, first.cwd or first_cwd or options.default_cwd, "batch"
-        )
     with (
         contextlib.closing(prestarted),
         opened(
