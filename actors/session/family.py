@@ -34,10 +34,15 @@ def children_cap_full(store: Store, session_id: str, cap: int) -> bool:
 def wake_siblings(
     store: Store, session_id: str, parent_id: str, notify: Callable[[str], None]
 ) -> None:
-    """A child finished a turn: a sibling held back by max_running_children may go."""
+    """A child finished a turn: a sibling held back by max_running_children may go. Only
+    siblings that could start a turn are told: a running (or cancelling) one has nothing to
+    claim, and wakes the others itself when its turn ends; a closed one never runs again."""
     for sibling in store.list_sessions(parent_id=parent_id, limit=10_000):
-        if sibling.id != session_id and sibling.state is not SessionState.CLOSED:
+        if sibling.id != session_id and sibling.state not in _CANNOT_START:
             notify(sibling.id)
+
+
+_CANNOT_START = frozenset({SessionState.RUNNING, SessionState.CANCELLING, SessionState.CLOSED})
 
 
 def announcing(
