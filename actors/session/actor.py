@@ -16,13 +16,11 @@ otherwise stop the actor for good); an asked one (``CloseSession``) raises to it
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import pykka
@@ -42,7 +40,6 @@ from actors.session.recorder import StoreRecorder
 from actors.session.turn_end import TurnEnder
 from actors.session.turn_trace import TurnTrace
 from protocol.agent.connection import AgentConnection
-from protocol.agent.types import TurnResult
 from state_machines import (
     AgentProtocolError,
     AgentStartFailed,
@@ -303,29 +300,11 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             bool(self.facts.metadata.get("announcePrompt", True)) if parent else None,
             self.deps.notify,
         )
-        ref = self.actor_ref
-
-        def done(future: Future[TurnResult]) -> None:
-            # On the protocol loop: the turn's end is written from here (turn_end.py). A
-            # cancelled future (the loop is stopping) or a dead actor (closed meanwhile)
-            # leaves nothing to report to.
-            if future.cancelled():
-                return
-            exc = future.exception()
-            result = None if exc else future.result()
-            end = None
-            # A session closing, or an actor stopping (the process shutting down: the turn
-            # is interrupted, not ended) records no end here. Both flags are set on the
-            # actor before it cancels the turn or stops the agent: read here, after that
-            # made the agent answer, they are already true.
-            if not (self.closing or self.stop_asked or self.deps.stopping.is_set()):
-                try:
-                    end = ender.end(result, exc)
-                except Exception:  # the actor builds it again, and reports what fails
-                    log.exception("session %s: ending the turn on the loop", ender.session_id)
-            with contextlib.suppress(pykka.ActorDeadError):
-                ref.tell(msg.TurnDone(ids, result, exc, end))
-
+        # A session closing, or an actor stopping (the process shutting down: the turn is
+        # interrupted, not ended), gets no end from the loop (turn_end.py).
+        done = ender.on_answer(
+            self.actor_ref, lambda: self.closing or self.stop_asked or self.deps.stopping.is_set()
+        )
         # Not durable on return: the turn's end is written behind its last updates
         # (StoreRecorder.write_after), one commit for both.
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)

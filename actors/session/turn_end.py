@@ -20,11 +20,16 @@ end built, it builds the end itself, as it did before.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+import pykka
+
+from actors.session import messages as msg
 from actors.session.budget_watch import BudgetWatch
 from actors.session.family import announcing
 from actors.session.outcomes import failed_turn, turn_outcome
@@ -32,6 +37,8 @@ from actors.session.recorder import StoreRecorder
 from protocol.agent.types import TurnResult
 from store.ops import turns
 from store.writer import WriteContext
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,3 +90,27 @@ class TurnEnder:
             then.append(announced)
         committed = None if self.recorder.failed else self.recorder.write_after(write)
         return TurnEnd(write, committed, then, agent_alive)
+
+    def on_answer(
+        self, actor: pykka.ActorRef[Any], unwanted: Callable[[], bool]
+    ) -> Callable[[Future[TurnResult]], None]:
+        """The prompt's done callback (on the loop): end the turn there unless ``unwanted``
+        (read after the agent answered: the actor sets its flags before it cancels the turn
+        or stops the agent), then tell the actor ``TurnDone``. A cancelled future (the loop
+        is stopping) or a dead actor (closed meanwhile) leaves nothing to report to."""
+
+        def done(future: Future[TurnResult]) -> None:
+            if future.cancelled():
+                return
+            error = future.exception()
+            result = None if error else future.result()
+            end = None
+            if not unwanted():
+                try:
+                    end = self.end(result, error)
+                except Exception:  # the actor builds it again, and reports what fails
+                    log.exception("session %s: ending the turn on the loop", self.session_id)
+            with contextlib.suppress(pykka.ActorDeadError):
+                actor.tell(msg.TurnDone(self.command_ids, result, error, end))
+
+        return done

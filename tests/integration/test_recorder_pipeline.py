@@ -21,10 +21,9 @@ from state_machines import CommandState, IllegalTransition, StaleEpoch
 from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
 from store import NewEvent, Store, StoreOptions, ops
 from store.writer import WriteContext
-from tests.conftest import AGENT
+from tests.support.spawned import kinds_after_spawn, spawned_session
 from tests.support.update_frames import chunk_frame
 
-PROMPT = [{"type": "text", "text": "hello"}]
 T = TypeVar("T")
 
 
@@ -73,16 +72,6 @@ def _updates(store: Store, session_id: str) -> int:
     return sum(1 for e in store.events(session_id) if e.kind == "session_update")
 
 
-def _session(store: Store, tmp: Path) -> tuple[str, str]:
-    spawned = store.spawn(AGENT, str(tmp), None, PROMPT, None)
-    assert spawned.command is not None
-    return spawned.session.id, spawned.command.id
-
-
-def _kinds_after_spawn(store: Store, session_id: str) -> list[str]:
-    return [e.kind for e in store.events(session_id) if e.kind != "session_created"]
-
-
 def _hand(recorder: StoreRecorder, first: int, count: int = 1) -> Callable[[], None]:
     """Hand over frames ``first`` .. ``first + count - 1``, one read each (run it on the loop)."""
 
@@ -105,7 +94,7 @@ def test_the_table_reaches_every_state_and_failed_is_final() -> None:
 def test_a_turn_goes_idle_armed_in_flight_and_back_to_idle(
     store: Store, tmp_path: Path, ploop: ProtocolLoop
 ) -> None:
-    sid, _ = _session(store, tmp_path)
+    sid, _ = spawned_session(store, tmp_path)
     recorder = Traced(store, sid, ploop, min_interval_s=0.3)
 
     async def run() -> None:
@@ -132,7 +121,7 @@ def test_a_lost_write_fails_the_pipeline_for_good(
 ) -> None:
     """A write of frames refused for good (the owner was fenced: its epoch is stale) ends in
     ``failed``: what waits fails with it, and nothing is written behind the lost frames."""
-    sid, _ = _session(store, tmp_path)
+    sid, _ = spawned_session(store, tmp_path)
     recorder = Traced(store, sid, ploop)
     recorder.epoch = 999  # not the session's epoch: every write of frames is refused
     on_loop(ploop, _hand(recorder, 0))
@@ -157,7 +146,7 @@ def test_a_lost_write_fails_the_pipeline_for_good(
 def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
     store: Store, tmp_path: Path, ploop: ProtocolLoop
 ) -> None:
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     store.claim_next(sid)
     recorder = StoreRecorder(store, sid, ploop)
     recorder.command_id = cid
@@ -169,7 +158,7 @@ def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
         return "ok"
 
     assert recorder.write_after(outcome).result(30) == "ok"
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 300 + ["turn_ended"]
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 300 + ["turn_ended"]
     assert store.get_command(cid).state is CommandState.COMPLETED
     assert recorder.take_text() == "".join(f"c{i} " for i in range(300))
     assert recorder.take_text() == ""  # taken: the next turn starts empty
@@ -178,18 +167,18 @@ def test_recorder_commits_the_outcome_behind_every_frame_handed_over(
 def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
     store: Store, tmp_path: Path, ploop: ProtocolLoop
 ) -> None:
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     recorder = StoreRecorder(store, sid, ploop)
     recorder.command_id = cid
     on_loop(ploop, _hand(recorder, 0, 5))
     failed = recorder.write_after(lambda ctx: ops.complete(ctx, cid, {}))  # still queued
     with pytest.raises(IllegalTransition):
         failed.result(30)
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 5
     assert not recorder.failed  # the frames committed: recording goes on
     on_loop(ploop, _hand(recorder, 5))
     recorder.flush_future().result(30)
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 6
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 6
 
 
 def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
@@ -197,7 +186,7 @@ def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
 ) -> None:
     """With ``min_interval_s``, updates handed over within the interval after a write are
     committed together by one later write; a flush or an outcome goes at once."""
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     store.claim_next(sid)
     recorder = StoreRecorder(store, sid, ploop, min_interval_s=0.5)
     recorder.command_id = cid
@@ -222,7 +211,7 @@ def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
     held, grouped, outcome_wait = ploop.call(run(), 30)
     assert held == 0 and grouped == 1
     assert outcome_wait < 0.4  # the outcome did not wait for the 0.5 s interval
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 7
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 7
     assert store.get_command(cid).state is CommandState.COMPLETED
 
 
@@ -231,7 +220,7 @@ def test_recorder_interval_never_holds_back_a_flush_or_a_lifecycle_event(
 ) -> None:
     """A flush while the interval's timer is armed writes at once; so does an event (the
     actor's own writes follow events like ``agent_exited``: they must not overtake them)."""
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     recorder = StoreRecorder(store, sid, ploop, min_interval_s=5.0)
     recorder.command_id = cid
 
@@ -245,14 +234,14 @@ def test_recorder_interval_never_holds_back_a_flush_or_a_lifecycle_event(
         recorder.updates([chunk_frame(2)])  # held again
         started = time.monotonic()
         recorder.event("agent_exited", {"exitCode": 1})
-        while len(_kinds_after_spawn(store, sid)) < 4:
+        while len(kinds_after_spawn(store, sid)) < 4:
             await asyncio.sleep(0.01)
             assert time.monotonic() - started < 4, "the event waited for the interval"
         return flushed_after, time.monotonic() - started
 
     flushed_after, event_after = ploop.call(run(), 30)
     assert flushed_after < 4 and event_after < 4
-    assert _kinds_after_spawn(store, sid) == ["session_update"] * 3 + ["agent_exited"]
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 3 + ["agent_exited"]
 
 
 def test_flushes_and_outcomes_from_other_threads_while_frames_stream_keep_wire_order(
@@ -262,7 +251,7 @@ def test_flushes_and_outcomes_from_other_threads_while_frames_stream_keep_wire_o
     threads at once: every write of the caller's lands behind the frames handed over before
     it was asked, each flush resolves with its frames committed, the log keeps wire order,
     and the pipeline was moved on the loop thread only."""
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     recorder = Traced(store, sid, ploop, min_interval_s=0.002)
     recorder.command_id = cid
     handed = [0]  # frames handed over so far (written on the loop only)
@@ -323,7 +312,7 @@ def test_a_refused_write_is_retried_on_the_loop_and_its_callers_wait_for_it(
     the lock timeout): the write goes back to the front of the queue and is retried on the
     loop's timer; a flush and an outcome asked meanwhile resolve only when it commits."""
     with Store.open(db_path, StoreOptions(lock_timeout_s=0.2)) as store:
-        sid, cid = _session(store, tmp_path)
+        sid, cid = spawned_session(store, tmp_path)
         store.claim_next(sid)
         recorder = Traced(store, sid, ploop)
         recorder.command_id = cid
@@ -346,7 +335,7 @@ def test_a_refused_write_is_retried_on_the_loop_and_its_callers_wait_for_it(
         ended.result(30)
         flushed.result(30)
         on_loop(ploop, lambda: None)  # the loop has handled the last "written"
-        assert _kinds_after_spawn(store, sid) == ["session_update"] * 5
+        assert kinds_after_spawn(store, sid) == ["session_update"] * 5
         assert store.get_command(cid).state is CommandState.COMPLETED
         assert recorder.state is RecorderState.IDLE
         assert recorder.threads == {"test-protocol-loop"}
@@ -356,7 +345,7 @@ def test_a_refused_write_is_retried_on_the_loop_and_its_callers_wait_for_it(
 def test_asking_after_the_loop_stopped_fails_at_once_not_after_a_timeout(
     store: Store, tmp_path: Path
 ) -> None:
-    sid, _ = _session(store, tmp_path)
+    sid, _ = spawned_session(store, tmp_path)
     ploop = ProtocolLoop()
     recorder = StoreRecorder(store, sid, ploop)
     on_loop(ploop, _hand(recorder, 0))

@@ -14,9 +14,7 @@ import pytest
 from state_machines import CommandState, IllegalTransition
 from store import NewEvent, SessionCommit, Store, ops
 from store.writer import WriteContext
-from tests.conftest import AGENT
-
-PROMPT = [{"type": "text", "text": "hello"}]
+from tests.support.spawned import kinds_after_spawn, spawned_session
 
 
 class Collect:
@@ -40,21 +38,11 @@ class Collect:
         return [e.seq for s in self.shares for e in s.events]
 
 
-def _session(store: Store, tmp: Path) -> tuple[str, str]:
-    spawned = store.spawn(AGENT, str(tmp), None, PROMPT, None)
-    assert spawned.command is not None
-    return spawned.session.id, spawned.command.id
-
-
-def _kinds_after_spawn(store: Store, session_id: str) -> list[str]:
-    return [e.kind for e in store.events(session_id) if e.kind != "session_created"]
-
-
 def test_watchers_get_committed_events_and_finished_commands_in_commit_order(
     store: Store, tmp_path: Path
 ) -> None:
-    sid, cid = _session(store, tmp_path)
-    other, _ = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
+    other, _ = spawned_session(store, tmp_path)
     seen = Collect(store, sid)
     store.claim_next(sid)
     store.append_events(sid, cid, [NewEvent("note", {"n": 1}), NewEvent("note", {"n": 2})])
@@ -126,7 +114,7 @@ def _until(check: Any, timeout: float = 10.0) -> None:
 def test_a_slow_watcher_delays_neither_the_writer_nor_another_watcher(
     store: Store, tmp_path: Path
 ) -> None:
-    sid, _ = _session(store, tmp_path)
+    sid, _ = spawned_session(store, tmp_path)
     slow, quick = Taker(store, sid), Taker(store, sid)
     try:
         slow.go.clear()  # the slow watcher's thread stalls until the end of the test
@@ -147,7 +135,7 @@ def test_a_slow_watcher_delays_neither_the_writer_nor_another_watcher(
 def test_a_watcher_that_falls_behind_catches_up_from_the_log_without_gap_or_duplicate(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     behind = Taker(store, sid, limit=20)
     try:
         behind.go.clear()
@@ -172,7 +160,7 @@ def test_a_watcher_wants_only_what_it_keeps_and_still_sees_another_writers_commi
 ) -> None:
     """Unwanted events never wake it; a commit of another store on the same database (another
     process, another node) leaves a gap in the seqs, which the watcher fills from the log."""
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     seen = Collect(store, sid, keep=lambda e: e.kind == "wanted", finished=False)
     _notes(store, sid, 3, kind="unwanted")
     store.claim_next(sid)
@@ -194,7 +182,7 @@ def test_a_watcher_wants_only_what_it_keeps_and_still_sees_another_writers_commi
 def test_a_write_that_fails_in_a_group_commit_is_not_published(
     store: Store, tmp_path: Path
 ) -> None:
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     seen = Collect(store, sid)
 
     def append_then_fail(ctx: WriteContext) -> None:
@@ -208,13 +196,13 @@ def test_a_write_that_fails_in_a_group_commit_is_not_published(
         bad.result(10)
     kinds = [e.kind for s in seen.shares for e in s.events]
     assert "doomed" not in kinds and kinds.count("kept") == 1
-    assert _kinds_after_spawn(store, sid) == ["kept"]
+    assert kinds_after_spawn(store, sid) == ["kept"]
 
 
 def test_isolated_undoes_only_the_failing_part_and_what_it_registered(
     store: Store, tmp_path: Path
 ) -> None:
-    sid, cid = _session(store, tmp_path)
+    sid, cid = spawned_session(store, tmp_path)
     seen = Collect(store, sid)
 
     def write(ctx: WriteContext) -> tuple[bool, Any]:
@@ -228,6 +216,6 @@ def test_isolated_undoes_only_the_failing_part_and_what_it_registered(
 
     ok, error = store.write(write)
     assert not ok and isinstance(error, IllegalTransition)
-    assert _kinds_after_spawn(store, sid) == ["before"]
+    assert kinds_after_spawn(store, sid) == ["before"]
     assert [e.kind for s in seen.shares for e in s.events] == ["before"]
     assert store.get_command(cid).state is CommandState.QUEUED
