@@ -245,54 +245,46 @@ def run_sessions(
     os.makedirs(cwd)
     settings = _runtime_settings(run_dir, max_running, passivate_after_s)
     cp = ControlPlane.open(os.path.join(run_dir, "cp.db"), settings=settings)
-    finished: set[str] = set()
-    lock = threading.Lock()
-    all_done = threading.Event()
-
-    def on_finished(ids: set[str]) -> None:  # on the store's writer thread
-        with lock:
-            finished.update(ids)
-            if len(finished) >= count:
-                all_done.set()
-
-    unsubscribe = cp._store.subscribe_commands(on_finished)
     close_seconds = float("nan")
     try:
         with Monitor() as monitor:
             start = now()
             with ThreadPoolExecutor(submitters, thread_name_prefix="bench-spawn") as pool:
-                list(
+                spawned = list(
                     pool.map(
                         lambda i: cp.spawn(agent, cwd, PROMPT, idempotency_key=f"{label}-{i}"),
                         range(count),
                     )
                 )
             submitted = now() - start
-            last_report = start
-            while not all_done.wait(1.0):
-                elapsed = now() - start
-                if elapsed > timeout_s:
-                    raise TimeoutError(
-                        f"{label} x{max_running}: {len(finished)}/{count} commands final "
-                        f"after {elapsed:.0f} s"
-                    )
-                if now() - last_report >= 15:
-                    last_report = now()
-                    progress(
-                        f"  {label} x{max_running}: {len(finished)}/{count} final after "
-                        f"{elapsed:.0f} s, {cp._supervisor.slots.running} running, "
-                        f"{monitor.peaks.children} agents at peak"
-                    )
+            # Each command's end comes from the commit that finishes it (a wait reads the
+            # command once, then is told): the last one's end is the run's end.
+            for done, result in enumerate(spawned):
+                assert result.command is not None
+                while True:
+                    elapsed = now() - start
+                    if elapsed > timeout_s:
+                        raise TimeoutError(
+                            f"{label} x{max_running}: {done}/{count} commands final "
+                            f"after {elapsed:.0f} s"
+                        )
+                    try:
+                        cp.wait(result.command.id, timeout=min(15.0, timeout_s - elapsed))
+                        break
+                    except TimeoutError:
+                        progress(
+                            f"  {label} x{max_running}: {done}/{count} final after "
+                            f"{now() - start:.0f} s, {cp._supervisor.slots.running} running, "
+                            f"{monitor.peaks.children} agents at peak"
+                        )
             seconds = now() - start
             states = _command_states(cp._store)
             activations = cp._supervisor.activations
             slot_peak = cp._supervisor.slots.peak
             close_start = now()
-            unsubscribe()
             cp.close()
             close_seconds = now() - close_start
     finally:
-        unsubscribe()
         cp.close()
         shutil.rmtree(run_dir, ignore_errors=True)
     return SessionsRun(

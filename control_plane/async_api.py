@@ -2,8 +2,8 @@
 
 Every method runs the blocking ``ControlPlane`` call on a worker thread
 (``asyncio.to_thread``), so the caller's event loop never blocks on a store commit, a wait for
-an outcome, or an actor. ``follow`` tails through the aiosqlite read path and is woken by the
-store's commit notifications.
+an outcome, or an actor. ``follow`` tails through the aiosqlite read path, woken by the
+commits of its session (``Store.watch``).
 """
 
 from __future__ import annotations
@@ -72,13 +72,16 @@ class AsyncControlPlane:
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
 
-        def on_commit(session_ids: set[str]) -> None:  # writer thread: hop to our loop
-            if session_id in session_ids:
-                loop.call_soon_threadsafe(wake.set)
+        def on_commit() -> None:  # writer thread: hop to our loop
+            loop.call_soon_threadsafe(wake.set)
 
-        unsubscribe = self.sync.on_events_committed(on_commit)
+        # Only the session's own commits wake it; the events are read with their global
+        # ids (``EventRecord``), so the mailbox is emptied unread before each read.
+        watch = self.sync.watch_session(session_id, on_commit, finished=False)
         try:
-            async for event in self._reader.tail(session_id, after_seq, wake=wake):
+            async for event in self._reader.tail(
+                session_id, after_seq, wake=wake, before_read=watch.discard
+            ):
                 yield event
         finally:
-            unsubscribe()
+            watch.close()

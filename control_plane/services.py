@@ -23,6 +23,7 @@ from store.ops import budgets
 from store.ops import permissions as permission_ops
 from store.tokens import TokenRecord
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
+from store.watch import CommandWait
 
 T = TypeVar("T")
 
@@ -184,12 +185,9 @@ class FrontEndServices:
         """A mailbox of each commit touching the session (its events and finished commands,
         store/feed.py): ``wake()`` when it stops being empty, ``take()`` to empty it,
         ``close()`` to stop; ``keep`` and ``finished`` say what is wanted."""
-        return self._store.watch_session(session_id, wake, keep=keep, finished=finished)
+        return self._store.watch.session(session_id, wake, keep=keep, finished=finished)
 
-    def on_commands_finished(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
-        """``listener(command_ids)`` after each commit in which commands became final."""
-        return self._store.subscribe_commands(listener)
-
-    def on_events_committed(self, listener: Callable[[set[str]], None]) -> Callable[[], None]:
-        """``listener(session_ids)`` after each commit that appended events."""
-        return self._store.subscribe(listener)
+    def watch_command(self, command_id: str) -> CommandWait:
+        """The command's finished record from the commit that makes it final (open it
+        before reading the command; ``close()`` or ``with`` when done)."""
+        return self._store.watch.command(command_id)

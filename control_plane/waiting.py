@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import TimeoutError as FutureTimeout
 
 from state_machines import COMMAND_MACHINE
 from state_machines.event_kinds import EventKind
@@ -31,8 +30,7 @@ class Waiters:
 
     def command(self, command_id: str, timeout: float | None) -> CommandRecord:
         deadline = None if timeout is None else time.monotonic() + timeout
-        finished = self._store.expect_command(command_id)
-        try:
+        with self._store.watch.command(command_id) as finished:
             command = self._store.get_command(command_id)  # after registering: no gap
             while command.state not in COMMAND_MACHINE.final:
                 left = FALLBACK_S if deadline is None else deadline - time.monotonic()
@@ -40,13 +38,11 @@ class Waiters:
                     raise TimeoutError(
                         f"command {command_id} is still {command.state.value} after {timeout}s"
                     )
-                try:
-                    return finished.result(min(FALLBACK_S, left))
-                except FutureTimeout:
-                    command = self._store.get_command(command_id)
+                record = finished.result(min(FALLBACK_S, left))
+                if record is not None:
+                    return record
+                command = self._store.get_command(command_id)
             return command
-        finally:
-            self._store.forget_command(command_id, finished)
 
     def events(
         self, session_id: str, after_seq: int, timeout: float | None
@@ -56,7 +52,7 @@ class Waiters:
         committed = threading.Event()
         # Only the wake-up is used: the events are read from the log with their ids (the
         # mailbox is emptied unread each round, so it holds at most one round's commits).
-        watch = self._store.watch_session(session_id, committed.set, finished=False)
+        watch = self._store.watch.session(session_id, committed.set, finished=False)
         try:
             last = after_seq
             idle_since = time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sqlalchemy import event
@@ -79,13 +79,20 @@ class AsyncReader:
         poll_interval_s: float = 0.05,
         wake: asyncio.Event | None = None,
         stop_after_close: bool = True,
+        before_read: Callable[[], None] | None = None,
     ) -> AsyncIterator[EventRecord]:
         """Yield the session's events after ``after_seq`` as they are committed, in order.
-        Ends after the ``closed`` event when ``stop_after_close``."""
+        Ends after the ``closed`` event when ``stop_after_close``. ``wake`` (set by a commit
+        of the session) cuts the wait between empty reads short; ``before_read`` runs before
+        each read (a session watch's ``discard``, so that its next commit wakes again)."""
         if not await self._session_exists(session_id):
             raise SessionNotFound(session_id)
         last = after_seq
         while True:
+            if wake is not None:
+                wake.clear()  # before the read: a commit after it sets it again
+            if before_read is not None:
+                before_read()
             batch = await self.events_after(session_id, last, limit=500)
             for ev in batch:
                 last = ev.seq
@@ -99,4 +106,3 @@ class AsyncReader:
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), poll_interval_s * 10)
-                wake.clear()

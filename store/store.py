@@ -20,9 +20,9 @@ from state_machines import SessionNotFound, SessionState, StoreError
 from state_machines.errors import CommandNotFound
 from store import hot_sql as hot
 from store import ops, queries
-from store.commit_feed import AppendsListener, CommitFeed
+from store.commit_feed import CommitFeed
 from store.driver_errors import as_damaged, is_damage
-from store.feed import WATCH_LIMIT, CommittedEvent, Keep, SessionWatch, Wake
+from store.feed import CommittedEvent
 from store.location import Backend, StoreLocation, locate
 from store.opening import StoreOptions, open_engines
 from store.ownership import this_owner
@@ -44,11 +44,10 @@ from store.records import (
 )
 from store.retry import retry_on_lock
 from store.usage import SessionUsage
+from store.watch import StoreWatch
 from store.writer import GroupCommitWriter, WriteContext
 
 T = TypeVar("T")
-EventsListener = Callable[[set[str]], None]
-CommandsListener = Callable[[set[str]], None]
 
 
 class Store:
@@ -69,6 +68,7 @@ class Store:
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._commits = CommitFeed()  # every commit, published once (store/commit_feed.py)
+        self.watch = StoreWatch(self._commits, self._watch_position)  # store/watch.py
         # What a session watcher that fell behind, or saw another writer's commit, reads.
         self._commits.sessions.read_after = self._events_after
         self._commits.sessions.read_finished = self._finished_since
@@ -176,56 +176,14 @@ class Store:
             raise SessionNotFound(session_id)
         return SessionState(row[0]), bool(row[1])
 
-    def subscribe(self, listener: EventsListener) -> Callable[[], None]:
-        """Call ``listener(session_ids)`` on the writer thread after each commit that
-        appended events. Keep it short (hand the work to another thread). Returns an
-        unsubscribe function."""
-        return self._commits.on_appended(listener)
-
-    def subscribe_appends(self, listener: AppendsListener) -> Callable[[], None]:
-        """Call ``listener(appended)`` on the writer thread after each commit that appended
-        events, with the commit's appends (``Appended``: the events, their seqs and global
-        ids; ``appended_events`` makes records of one). Keep it short. Returns an
-        unsubscribe function."""
-        return self._commits.on_appends(listener)
-
-    def subscribe_commands(self, listener: CommandsListener) -> Callable[[], None]:
-        """Call ``listener(command_ids)`` on the writer thread after each commit in which
-        commands reached a final state."""
-        return self._commits.on_finished(listener)
-
-    def watch_session(
-        self,
-        session_id: str,
-        wake: Wake,
-        limit: int = WATCH_LIMIT,
-        keep: Keep | None = None,
-        finished: bool = True,
-    ) -> SessionWatch:
-        """A mailbox of each commit that appends events to ``session_id`` or finishes one of
-        its commands, from now on: ``wake()`` is called on the writer thread when it stops
-        being empty (keep it as short as ``call_soon_threadsafe``), and ``take()`` on the
-        watcher's own thread returns the committed events and records themselves, in commit
-        order (store/feed.py). ``keep`` picks the events wanted, ``finished=False`` leaves
-        the finished commands out: what is not wanted never wakes the watcher. On
-        PostgreSQL it also gets what other nodes commit for it, read back once their
-        notification arrives. ``close()`` stops it."""
-        last: int | None = None
-        if self.backend is Backend.POSTGRESQL:
-            row = self.read_raw(
-                lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone()
-            )
-            last = None if row is None else int(row[0])
-        return self._commits.watch(session_id, wake, last, limit, keep, finished)
-
-    def expect_command(self, command_id: str) -> Future[CommandRecord]:
-        """A future resolved with the command's record by the commit of this process that
-        makes it final (store/command_waits.py); ``forget_command`` it when done. Register
-        before reading the command, so that no finish falls between the two."""
-        return self._commits.expect(command_id)
-
-    def forget_command(self, command_id: str, future: Future[CommandRecord]) -> None:
-        self._commits.forget(command_id, future)
+    def _watch_position(self, session_id: str) -> int | None:
+        """Where a new session watch starts: on PostgreSQL, the session's last seq (other
+        nodes' commits arrive later as a gap the watch fills from the log); on SQLite, no
+        position is needed (this process's writer publishes every commit)."""
+        if self.backend is not Backend.POSTGRESQL:
+            return None
+        row = self.read_raw(lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone())
+        return None if row is None else int(row[0])
 
     def catch_up(self, session_id: str) -> None:
         """Another node committed for ``session_id``: its watchers here get what it wrote."""

@@ -5,7 +5,7 @@ advances the checkpoint only after the sink accepted them. A crash in between re
 those events on restart; sinks dedupe by event id, so each one lands once.
 
 From the commit: a projector whose last delivery (in this process) ended exactly before a
-commit's events takes them from the commit (``Store.subscribe_appends``), with no read of
+commit's events takes them from the commit (``Store.watch.appends``), with no read of
 the binding or the log; one further behind, or not seen yet, reads the log from its
 checkpoint. A read that reached the log's end is not repeated to find nothing: a commit
 after it marked the binding for another pump.
@@ -78,7 +78,7 @@ class DeliveryService:
         self._scheduling = 0  # commits handed to the pool and not yet scheduled
         self._wait = wait_random_exponential(multiplier=0.05, max=max_backoff_s)
         self._closed = False
-        self._unsubscribe = store.subscribe_appends(self._on_appends)
+        self._unsubscribe = store.watch.appends(self._on_appends)
 
     # -- public --------------------------------------------------------------------------
 

@@ -7,12 +7,12 @@ it uses as a ``Protocol`` keeps it from reaching into the store or the actors, a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from control_plane.outcome import Outcome
 from state_machines import SessionState
 from store import AgentSpec, CommandRecord, SessionRecord, SpawnResult
+from store.watch import CommandWait
 
 
 class SubagentHost(Protocol):
@@ -42,4 +42,4 @@ class SubagentHost(Protocol):
 
     def descendants(self, session_id: str) -> list[str]: ...
 
-    def on_commands_finished(self, listener: Callable[[set[str]], None]) -> Callable[[], None]: ...
+    def watch_command(self, command_id: str) -> CommandWait: ...

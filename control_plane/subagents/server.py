@@ -35,8 +35,8 @@ Limits (every agent may be hostile, and all sessions share this one bridge):
   have to be saturating their share at once before a ninth waits for a thread, and then
   only for the length of a store read or write, since:
 - ``subagent_result(wait=N)`` holds no thread while it waits. It reads the run's state on
-  the pool, then parks on the loop until the store reports a command finished (the store's
-  after-commit notification) or ``WAIT_POLL_S`` passes, and reads again. So a tree of
+  the pool, then parks on the loop until the commit that finishes the run hands over its
+  record (``Store.watch``, no read) or ``WAIT_POLL_S`` passes, and reads again. So a tree of
   hostile sessions (a session may spawn children that run any command, each with a secret
   of its own) cannot take the pool with waits either.
 - ``wait`` must be a finite number >= 0 (JSON numbers only: no strings, no booleans, no
@@ -63,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from control_plane.agents import agent_from_command
+from control_plane.outcome import Outcome
 from control_plane.subagents.credentials import BridgeCredentials
 from control_plane.subagents.host import SubagentHost
 from control_plane.subagents.rules import (
@@ -91,27 +92,13 @@ class SubagentBridge:
         self._server: asyncio.AbstractServer | None = None
         self._pool = ThreadPoolExecutor(BRIDGE_WORKERS, thread_name_prefix="cp-bridge")
         self._shares: dict[str, _Share] = {}  # on the loop only
-        self._watches: dict[str, set[asyncio.Event]] = {}  # command id -> parked waits
         self._connections: set[asyncio.Task[None]] = set()
         self._busy = 0  # requests on the pool now (any thread; under _busy_lock)
         self._busy_lock = threading.Lock()
-        self._unsubscribe: Callable[[], None] | None = None
 
     # -- lifecycle (on the protocol loop) ------------------------------------------------
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def finished(command_ids: set[str]) -> None:  # on the store's writer thread
-            # Only commands somebody waits for wake the loop (one hand-off per finished
-            # command otherwise, in every process, subagents or not). A wait registers
-            # before its first read, so a finish it misses here, it reads.
-            if not any(command_id in self._watches for command_id in command_ids):
-                return
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(self._wake, command_ids)
-
-        self._unsubscribe = self.cp.on_commands_finished(finished)
         if os.path.exists(self.path):
             os.unlink(self.path)  # a socket left by a process that died
         self._server = await asyncio.start_unix_server(
@@ -124,9 +111,6 @@ class SubagentBridge:
             self._server.close()
             await self._server.wait_closed()
             self._server = None
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
         # End every open connection (parked waits included), then let what is on the pool
         # finish for a moment without blocking the loop; what is still queued is dropped.
         connections = list(self._connections)
@@ -228,11 +212,6 @@ class SubagentBridge:
             with self._busy_lock:
                 self._busy -= 1
 
-    def _wake(self, command_ids: set[str]) -> None:
-        for command_id in command_ids:
-            for event in self._watches.get(command_id, ()):
-                event.set()
-
     async def _result(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
         wait, capped = parse_wait(args.get("wait"))
         child, command_id = await self._run(session_id, self._latest_prompt, session_id, args)
@@ -240,22 +219,20 @@ class SubagentBridge:
             return {"id": child, "status": "none"}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        changed = asyncio.Event()
-        self._watches.setdefault(command_id, set()).add(changed)  # before the first read
-        try:
-            while True:
-                changed.clear()
-                answer = await self._run(session_id, self._outcome, child, command_id)
+        # Opened before the first read: the commit that finishes the run hands its record
+        # over (parked: no thread held); the read again after WAIT_POLL_S is for a run that
+        # another process or node finishes.
+        with self.cp.watch_command(command_id) as finished:
+            answer = await self._run(session_id, self._outcome, child, command_id)
+            while answer is None:
                 remaining = deadline - loop.time()
-                if answer is not None or remaining <= 0:
+                if remaining <= 0:
                     break
-                with contextlib.suppress(TimeoutError):  # parked: no thread held
-                    await asyncio.wait_for(changed.wait(), min(remaining, WAIT_POLL_S))
-        finally:
-            watching = self._watches[command_id]
-            watching.discard(changed)
-            if not watching:
-                del self._watches[command_id]
+                record = await finished.result_async(min(remaining, WAIT_POLL_S))
+                if record is not None:
+                    answer = _answer(child, Outcome.of(record))
+                else:
+                    answer = await self._run(session_id, self._outcome, child, command_id)
         if answer is not None:
             return answer
         running: dict[str, Any] = {"id": child, "status": "running"}
@@ -335,15 +312,7 @@ class SubagentBridge:
     def _outcome(self, child: str, command_id: str) -> dict[str, Any] | None:
         """The run's answer once it is final, else None."""
         outcome = self.cp.result(command_id)
-        if outcome is None:
-            return None
-        return {
-            "id": child,
-            "status": outcome.status.value,
-            "text": outcome.text,
-            "stopReason": outcome.stop_reason,
-            "error": outcome.error,
-        }
+        return None if outcome is None else _answer(child, outcome)
 
     def _send(self, session_id: str, args: dict[str, Any]) -> dict[str, Any]:
         child = self._descendant(session_id, args)
@@ -358,3 +327,14 @@ class SubagentBridge:
 OPS = frozenset(
     {"spawn_subagent", "list_subagents", "subagent_result", "send_to_subagent", "cancel_subagent"}
 )
+
+
+def _answer(child: str, outcome: Outcome) -> dict[str, Any]:
+    """``subagent_result``'s answer for a finished run."""
+    return {
+        "id": child,
+        "status": outcome.status.value,
+        "text": outcome.text,
+        "stopReason": outcome.stop_reason,
+        "error": outcome.error,
+    }

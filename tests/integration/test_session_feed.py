@@ -23,7 +23,7 @@ class Collect:
     def __init__(self, store: Store, session_id: str, **kwargs: Any) -> None:
         self.taken: list[SessionCommit] = []
         self.wakes = 0
-        self.watch = store.watch_session(session_id, self.wake, **kwargs)
+        self.watch = store.watch.session(session_id, self.wake, **kwargs)
 
     def wake(self) -> None:
         self.wakes += 1
@@ -83,7 +83,7 @@ class Taker:
         self.go.set()
         self._woken = threading.Event()
         self._stop = False
-        self.watch = store.watch_session(session_id, self._woken.set, **kwargs)
+        self.watch = store.watch.session(session_id, self._woken.set, **kwargs)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

@@ -91,7 +91,7 @@ def test_a_childs_turn_end_and_its_announce_commit_together(
         assert parent.command is not None and cp.wait(parent.command.id, 30).ok
         pid = parent.session.id
         commits: list[list[tuple[str, str]]] = []
-        cp._store.subscribe_appends(
+        cp._store.watch.appends(
             lambda appended: commits.append(
                 [(e.session_id, e.kind) for a in appended for e in appended_events(a)]
             )

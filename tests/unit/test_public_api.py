@@ -87,7 +87,7 @@ PINNED_CONTROL_PLANE = [
     *("recovery", "register_callback", "result", "set_config_option", "set_mode", "spawn"),
     *("submit_prompt", "wait", "wait_delivered"),
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
-    *("latest_event", "live_sessions", "on_commands_finished", "on_events_committed"),
+    *("latest_event", "live_sessions", "watch_command"),
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
     *(
         "settings",
