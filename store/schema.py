@@ -1,5 +1,8 @@
-"""The store's tables (SQLAlchemy Core). Alembic migrations in ``store/migrations`` create them;
-a test checks that the migrated database matches this metadata exactly.
+"""The store's tables (SQLAlchemy Core). A new, empty database is created from this metadata
+directly (store/migrate.py); a store written by an older release is brought to the same schema
+by the Alembic migrations in ``store/migrations``. tests/integration/test_fresh_store.py checks
+that the two agree exactly, column order included: a column a migration adds to an existing
+table goes last in that table here, where ``ALTER TABLE ... ADD COLUMN`` puts it.
 
 Timestamps are REAL unix seconds (cheap to compare and index); JSON columns are TEXT holding
 JSON documents, so raw agent payloads are kept byte for byte.
@@ -81,8 +84,6 @@ commands = Table(
     Column("idempotency_key", String, nullable=True),
     Column("request_hash", String, nullable=False),
     Column("state", String, nullable=False),
-    # Claimed highest first, then by seq: a steered prompt jumps the queue (migration 0002).
-    Column("priority", Integer, nullable=False, default=0, server_default="0"),
     Column("attempts", Integer, nullable=False, default=0),
     Column("max_attempts", Integer, nullable=False),
     Column("result", Text, nullable=True),
@@ -91,6 +92,8 @@ commands = Table(
     Column("started_at", Float, nullable=True),
     Column("finished_at", Float, nullable=True),
     Column("updated_at", Float, nullable=False),
+    # Claimed highest first, then by seq: a steered prompt jumps the queue (migration 0002).
+    Column("priority", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("session_id", "seq", name="uq_commands_session_seq"),
     UniqueConstraint("session_id", "idempotency_key", name="uq_commands_session_key"),
 )
