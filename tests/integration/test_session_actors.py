@@ -160,7 +160,11 @@ def test_idle_sessions_are_passivated_and_reactivate_on_the_next_command(
         eventually(lambda: cp.get(sid).owner is None)  # ownership released while passive
         nxt = cp.wait(cp.prompt(sid, "#history").id, 30)
         assert nxt.ok and "remember the plum" in nxt.text
-        assert cp._supervisor.activations == 2
+        # Once at the spawn, once for the prompt after passivation. A machine starved of CPU
+        # for a whole node lease (seen under three test suites at once) stops every actor of
+        # the node, and the next command activates the session once more: legitimately.
+        losses = cp._supervisor.lease.losses
+        assert 2 <= cp._supervisor.activations <= 2 + losses
 
 
 @pytest.mark.timeout(120)
