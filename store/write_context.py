@@ -95,10 +95,5 @@ class Commit:
         """Sessions with new events."""
         return {entry[0] for entry in self.appended}
 
-    @property
-    def finished(self) -> set[str]:
-        """Commands that reached a final state."""
-        return {record.id for record in self.finished_records}
-
     def __bool__(self) -> bool:
         return bool(self.appended or self.finished_records)
