@@ -4,7 +4,8 @@ Run on the writer thread right after the commit (``GroupCommitWriter(on_commit=.
 order: the commands it finished are counted (metrics); the session feeds' mailboxes get the
 events and finished records of the sessions they watch (store/feed.py); the waiters of the
 commands it finished get their records (store/command_waits.py); then the listeners of the appends
-themselves (delivery: its projectors take the events from the commit). Everyone gets the
+themselves and of the bindings created (delivery: its projectors take the events from the
+commit, and learn a new session's bindings from it). Everyone gets the
 committed data itself, none a bare "this changed" to read back. Subscribe through
 ``Store.watch`` (store/watch.py). Listeners must be short: hand the work to another thread
 or loop.
@@ -18,9 +19,10 @@ from collections.abc import Callable, Sequence
 from store import telemetry
 from store.command_waits import CommandWaits
 from store.feed import SessionFeeds
+from store.records import BindingRecord
 from store.write_context import Appended, Commit
 
-AppendsListener = Callable[[Sequence[Appended]], None]
+AppendsListener = Callable[[Sequence[Appended], Sequence[BindingRecord]], None]
 
 
 class CommitFeed:
@@ -31,8 +33,9 @@ class CommitFeed:
         self._appends: list[AppendsListener] = []
 
     def on_appends(self, listener: AppendsListener) -> Callable[[], None]:
-        """``listener(appended)``: the commit's appends themselves (``Appended``), not
-        copies: read them, never change them. Returns the function that removes it."""
+        """``listener(appended, bound)``: the commit's appends (``Appended``) and the
+        bindings it created, themselves, not copies: read them, never change them. Returns
+        the function that removes it."""
         with self._lock:
             self._appends.append(listener)
 
@@ -52,8 +55,8 @@ class CommitFeed:
         self.sessions.publish(commit)
         if finished_records:
             self.commands.publish(finished_records)
-        if commit.appended:
+        if commit.appended or commit.bound:
             with self._lock:
                 listeners = list(self._appends)
             for listener in listeners:
-                listener(commit.appended)
+                listener(commit.appended, commit.bound)

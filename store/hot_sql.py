@@ -17,7 +17,7 @@ from typing import Any
 from state_machines import COMMAND_MACHINE, CommandEvent, CommandState, SessionState
 from store.raw import RawConnection
 from store.records import CommandKind, CommandRecord, EventRecord, utc
-from store.schema import commands, events
+from store.schema import bindings, commands, delivery_checkpoints, events, sessions
 
 # State literals come from the enums and the transition table, never typed into the SQL.
 _QUEUED = CommandState.QUEUED.value
@@ -28,6 +28,12 @@ _CLOSED = SessionState.CLOSED.value
 COMMAND_COLUMNS = tuple(c.name for c in commands.columns)
 _CMD_COLS = ", ".join(COMMAND_COLUMNS)
 _IDX = {name: i for i, name in enumerate(COMMAND_COLUMNS)}
+
+
+def _insert(table: str, columns: tuple[str, ...]) -> str:
+    marks = ", ".join("?" for _ in columns)
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+
 
 COMMAND_BY_ID = f"SELECT {_CMD_COLS} FROM commands WHERE id = ?"
 COMMAND_BY_KEY = (
@@ -58,9 +64,7 @@ HAS_QUEUED = f"SELECT 1 FROM commands WHERE session_id = ? AND state = '{_QUEUED
 STOPPED_BY = "SELECT stopped_by FROM session_usage WHERE session_id = ?"
 # What decides which budgets apply to a session, read at every turn's end.
 SESSION_BUDGET_FACTS = "SELECT metadata, parent_id FROM sessions WHERE id = ?"
-INSERT_COMMAND = (
-    f"INSERT INTO commands ({_CMD_COLS}) VALUES ({', '.join('?' for _ in COMMAND_COLUMNS)})"
-)
+INSERT_COMMAND = _insert("commands", COMMAND_COLUMNS)
 CLAIM_NEXT = (
     f"UPDATE commands SET state = '{_CLAIMED}', attempts = attempts + 1, started_at = ?, "
     "updated_at = ? WHERE id = (SELECT id FROM commands WHERE session_id = ? "
@@ -74,6 +78,25 @@ NEXT_EVENT_SEQ = (
 _EVENT_COLS = ", ".join(c.name for c in events.columns if c.name != "id")
 INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?) RETURNING id"
 INSERT_EVENT_NO_RETURN = f"INSERT INTO events ({_EVENT_COLS}) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+# The spawn (store/ops/sessions.py): a spawn key's earlier session, a new child's parent in
+# one read (what the limits and the budget check need), and the three inserts.
+SESSION_BY_SPAWN_KEY = "SELECT id, request_hash FROM sessions WHERE spawn_key = ?"
+PARENT_OF_CHILD = (
+    "SELECT p.state, p.depth, p.placement, (SELECT count(*) FROM sessions c "
+    f"WHERE c.parent_id = p.id AND c.state != '{_CLOSED}'), "
+    "(SELECT u.stopped_by FROM session_usage u WHERE u.session_id = p.id) "
+    "FROM sessions p WHERE p.id = ?"
+)
+SESSION_COLUMNS = tuple(c.name for c in sessions.columns)
+BINDING_COLUMNS = tuple(c.name for c in bindings.columns)
+CHECKPOINT_COLUMNS = tuple(c.name for c in delivery_checkpoints.columns)
+
+
+INSERT_SESSION = _insert("sessions", SESSION_COLUMNS)
+INSERT_BINDING = _insert("bindings", BINDING_COLUMNS)
+INSERT_CHECKPOINT = _insert("delivery_checkpoints", CHECKPOINT_COLUMNS)
 
 
 def transition_sql(values: tuple[str, ...], allowed: int) -> str:

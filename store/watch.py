@@ -9,8 +9,9 @@ changed" that it would have to read back:
   front end's follows, ``ControlPlane.events``/``follow`` and the async API read from it.
 - ``command(id)``: the finished ``CommandRecord`` of one command, from the commit that makes
   it final (``CommandWait``). ``wait()`` and a subagent's ``subagent_result`` wait on it.
-- ``appends(listener)``: every commit's appends, for delivery's projectors (they take the
-  events from the commit and read the log only to catch up).
+- ``appends(listener)``: every commit's appends and the bindings it created, for delivery's
+  projectors (they take the events from the commit and read the log only to catch up; a
+  spawned session's bindings need no read).
 
 What another process or node commits is not published here (PostgreSQL's own notifications
 bring another node's commits to session watchers): each caller keeps a slow fallback read.
@@ -108,8 +109,10 @@ class StoreWatch:
         return CommandWait(self._commits.commands, command_id)
 
     def appends(self, listener: AppendsListener) -> Callable[[], None]:
-        """``listener(appended)`` on the writer thread after each commit that appended
-        events, with the commit's appends (``Appended``: the events, their seqs and global
-        ids; ``appended_events`` makes records of one): read them, never change them, and
-        keep it short. Returns an unsubscribe function."""
+        """``listener(appended, bound)`` on the writer thread after each commit that
+        appended events or created bindings: the commit's appends (``Appended``: the events,
+        their seqs and global ids; ``appended_events`` makes records of one) and the
+        ``BindingRecord``s it created (a spawn's is in the commit of the session's first
+        event). Read them, never change them, and keep it short. Returns an unsubscribe
+        function."""
         return self._commits.on_appends(listener)

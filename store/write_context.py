@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from store.driver_errors import is_connection_level
 from store.raw import RawConnection, raw_for
-from store.records import EventRecord, utc
+from store.records import BindingRecord, EventRecord, utc
 
 T = TypeVar("T")
 # One append of a write: (session_id, first seq, command_id, frames, created_at, the
@@ -37,7 +37,7 @@ class WriteContext:
     A plain class with slots, built once per write on the writer thread: it is on the path
     of every write."""
 
-    __slots__ = ("_hooks", "appended", "conn", "finished_records", "raw")
+    __slots__ = ("_hooks", "appended", "bound", "conn", "finished_records", "raw")
 
     def __init__(self, conn: Connection, raw: RawConnection | None = None) -> None:
         self.conn = conn
@@ -51,6 +51,8 @@ class WriteContext:
         # nothing is copied unless someone watches.
         self.appended: list[Appended] = []
         self.finished_records: list[Any] = []
+        # Bindings this write created (spawn, bind), so delivery knows them without a read.
+        self.bound: list[BindingRecord] = []
 
     def after_commit(self, hook: Callable[[], None]) -> None:
         self._hooks.append(hook)
@@ -60,7 +62,7 @@ class WriteContext:
         what it registered here for after the commit) is undone and ``(False, error)``
         returned, while the rest of the write stands. Lock and I/O errors still propagate."""
         raw = self.raw
-        marks = (len(self._hooks), len(self.appended), len(self.finished_records))
+        marks = (len(self._hooks), len(self.appended), len(self.finished_records), len(self.bound))
         raw.execute("SAVEPOINT isolated")
         try:
             value = fn(self)
@@ -70,7 +72,7 @@ class WriteContext:
             raw.execute("ROLLBACK TO isolated")
             raw.execute("RELEASE isolated")
             del self._hooks[marks[0] :], self.appended[marks[1] :]
-            del self.finished_records[marks[2] :]
+            del self.finished_records[marks[2] :], self.bound[marks[3] :]
             return False, exc
         raw.execute("RELEASE isolated")
         return True, value
@@ -85,10 +87,12 @@ class Commit:
 
     appended: list[Appended] = field(default_factory=list)
     finished_records: list[Any] = field(default_factory=list)
+    bound: list[BindingRecord] = field(default_factory=list)  # bindings created
 
     def add(self, ctx: WriteContext) -> None:
         self.appended += ctx.appended
         self.finished_records += ctx.finished_records
+        self.bound += ctx.bound
 
     @property
     def sessions(self) -> set[str]:
@@ -96,4 +100,4 @@ class Commit:
         return {entry[0] for entry in self.appended}
 
     def __bool__(self) -> bool:
-        return bool(self.appended or self.finished_records)
+        return bool(self.appended or self.finished_records or self.bound)

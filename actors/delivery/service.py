@@ -113,7 +113,7 @@ class DeliveryService:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                busy = bool(self._busy or self._dirty)
+                busy = bool(self._scheduling or self._busy or self._dirty)
             if not busy and not self._store.undelivered_bindings():
                 return True
             time.sleep(0.01)
@@ -141,13 +141,15 @@ class DeliveryService:
 
     # -- scheduling ----------------------------------------------------------------------
 
-    def _on_appends(self, appended: Sequence[Appended]) -> None:
+    def _on_appends(self, appended: Sequence[Appended], bound: Sequence[BindingRecord]) -> None:
         # Runs on the store's writer thread: no reads here. Bindings already known are
         # scheduled at once with the commit's events (one hand-off, to the projector);
         # sessions not seen yet are looked up on the pool. Most sessions have no binding:
         # their appends cost a dict lookup. Records are built on the pool, not here.
         session_ids = {entry[0] for entry in appended}
         with self._lock:
+            if bound:
+                self._learn(bound, appended)
             known = {sid: self._bindings.get(sid) for sid in session_ids}
             unknown = {sid for sid, ids in known.items() if ids is None}
             if unknown:
@@ -161,6 +163,21 @@ class DeliveryService:
                 self._schedule(binding_id, entries)
         if unknown:
             self._pool.submit(self._schedule_sessions, unknown)
+
+    def _learn(self, bound: Sequence[BindingRecord], appended: Sequence[Appended]) -> None:
+        """Bindings a commit created (under the lock). A session this commit created (its
+        ``session_created`` at seq 1 is in it) has exactly these bindings: known without a
+        read. Another session's are added only if its bindings are known already."""
+        created = {entry[0] for entry in appended if entry[1] == 1}
+        for binding in bound:
+            sid = binding.session_id
+            ids = self._bindings.get(sid)
+            if ids is None and sid not in created:
+                continue  # looked up with the rest of its bindings when it next commits
+            if binding.id not in (ids or ()):
+                self._bindings[sid] = (*(ids or ()), binding.id)
+            # Where its checkpoint starts: a commit's events up to here need no pass.
+            self._positions.setdefault(binding.id, binding.last_delivered_seq)
 
     def _schedule_sessions(self, session_ids: set[str]) -> None:
         try:
@@ -184,8 +201,11 @@ class DeliveryService:
             if binding_id in self._busy:
                 self._dirty.add(binding_id)  # pumped again after, from the log
                 return
+            position = self._positions.get(binding_id)
+            if committed and position is not None and position >= _last_seq(committed[-1]):
+                return  # delivered already (a spawn's binding starts past its first event)
             self._busy.add(binding_id)
-            if committed and self._positions.get(binding_id) != committed[0][1] - 1:
+            if committed and position != committed[0][1] - 1:
                 committed = None  # further behind (or not known here): read the log
         self._pool.submit(self._pump, binding_id, committed)
 
@@ -291,6 +311,10 @@ class DeliveryService:
             raise SinkUnavailable(f"unknown sink kind {binding.sink_kind}")
         self._sinks[binding.id] = sink
         return sink
+
+
+def _last_seq(entry: Appended) -> int:
+    return entry[1] + len(entry[3]) - 1
 
 
 class _WakingAnnounceSink:

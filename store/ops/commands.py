@@ -212,6 +212,13 @@ def refuse_if_stopped(ctx: WriteContext, session_id: str) -> None:
     """``BudgetExceeded`` for a session a budget stopped (store/ops/budgets.py): before a
     new prompt is queued for it, or a child is spawned under it."""
     row = ctx.raw.execute(hot.STOPPED_BY, (session_id,)).fetchone()
-    if row is not None and row[0]:
-        reached = json.loads(row[0])  # counted once it is final (telemetry.write_failed)
+    if row is not None:
+        raise_if_stopped(session_id, row[0])
+
+
+def raise_if_stopped(session_id: str, stopped_by: str | None) -> None:
+    """``BudgetExceeded`` if ``stopped_by`` (the session's ``session_usage.stopped_by``)
+    says a budget stopped it."""
+    if stopped_by:
+        reached = json.loads(stopped_by)  # counted once it is final (telemetry.write_failed)
         raise BudgetExceeded(session_id, reached["budget"], reached["limit"], reached["used"])

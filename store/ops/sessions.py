@@ -3,23 +3,26 @@ close, the orphan sweep, and the agent capabilities cache."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, select, update
 
 from state_machines import (
     SESSION_MACHINE,
     IdempotencyConflict,
     SessionClosed,
     SessionEvent,
+    SessionNotFound,
     SessionState,
 )
 from state_machines.errors import (
     LimitExceeded,
 )
 from state_machines.event_kinds import EventKind
+from store import hot_sql as hot
 from store import queries
 from store.faults import fault_point
 from store.hashing import command_hash, request_hash
@@ -31,9 +34,10 @@ from store.ops._shared import (
     notify_session,
     transition_session,
 )
-from store.ops.commands import cancel_queued, refuse_if_stopped
+from store.ops.commands import cancel_queued, raise_if_stopped
 from store.ops.events import insert_events
 from store.placement import Placement
+from store.raw import RawConnection
 from store.records import (
     AgentSpec,
     BindingRecord,
@@ -42,11 +46,13 @@ from store.records import (
     CommandRecord,
     NewEvent,
     SessionRecord,
+    SinkKind,
     SpawnResult,
     SubagentLimits,
+    utc,
 )
 from store.rows import command_from_row
-from store.schema import bindings, commands, delivery_checkpoints, sessions
+from store.schema import bindings, commands, sessions
 from store.writer import WriteContext
 
 
@@ -82,61 +88,65 @@ def spawn(
     if placement is not None:  # only then: the hashes of earlier spawns stay what they were
         request["placement"] = placement.to_json()
     digest = request_hash("spawn", request)
+    raw = ctx.raw
     if idempotency_key is not None:
-        existing = conn.execute(
-            select(sessions.c.id, sessions.c.request_hash).where(
-                sessions.c.spawn_key == idempotency_key
-            )
-        ).first()
+        existing = raw.execute(hot.SESSION_BY_SPAWN_KEY, (idempotency_key,)).fetchone()
         if existing is not None:
-            if existing.request_hash != digest and existing.request_hash != _legacy_spawn_hash(
-                agent, request
-            ):
-                raise IdempotencyConflict(idempotency_key, "spawn", existing.id)
-            return _existing_spawn(conn, existing.id)
+            existing_id, existing_hash = existing
+            if existing_hash != digest and existing_hash != _legacy_spawn_hash(agent, request):
+                raise IdempotencyConflict(idempotency_key, "spawn", existing_id)
+            return _existing_spawn(conn, existing_id)
 
     depth = 0
-    if parent_id is not None:
-        depth = _check_child_limits(conn, parent_id, limits or SubagentLimits())
-        refuse_if_stopped(ctx, parent_id)  # a budget stopped the parent: no new children
     placement_json = None if placement is None else placement.to_json()
-    if placement_json is None and parent_id is not None:
-        placement_json = conn.execute(
-            select(sessions.c.placement).where(sessions.c.id == parent_id)
-        ).scalar_one_or_none()
+    if parent_id is not None:
+        depth, parent_placement = _check_parent(raw, parent_id, limits or SubagentLimits())
+        if placement_json is None:
+            placement_json = parent_placement
+    # Fixed SQL, and the records built here rather than read back: the spawn is on the path
+    # of every subagent (see store/hot_sql.py for what a Core statement costs).
     now = time.time()
     session_id = new_id()
-    conn.execute(
-        insert(sessions).values(
-            id=session_id,
-            spawn_key=idempotency_key,
-            request_hash=digest,
-            parent_id=parent_id,
-            depth=depth,
-            agent=compact_json(agent.to_json()),
-            cwd=cwd,
-            state=SESSION_MACHINE.initial.value,
-            queue_mode=queue_mode,
-            epoch=0,
-            last_event_seq=0,
-            last_command_seq=0,
-            created_at=now,
-            updated_at=now,
-            metadata=compact_json(metadata or {}),
-            placement=placement_json,
-        )
-    )
+    agent_json = agent.to_json()
+    metadata_text = compact_json(metadata or {})
+    row = {
+        "id": session_id,
+        "spawn_key": idempotency_key,
+        "request_hash": digest,
+        "parent_id": parent_id,
+        "depth": depth,
+        "agent": compact_json(agent_json),
+        "cwd": cwd,
+        "state": SESSION_MACHINE.initial.value,
+        "queue_mode": queue_mode,
+        "acp_session_id": None,
+        "owner": None,
+        "epoch": 0,
+        "last_event_seq": 0,
+        "last_command_seq": 0,
+        "created_at": now,
+        "updated_at": now,
+        "closed_at": None,
+        "last_error": None,
+        "metadata": metadata_text,
+        "agent_process": None,
+        "placement": placement_json,
+    }
+    raw.execute(hot.INSERT_SESSION, tuple(row[name] for name in hot.SESSION_COLUMNS))
     notify_session(ctx, session_id)
     fault_point("spawn.after_session")
     binding_record: BindingRecord | None = None
     if binding is not None:
-        binding_record = _bind(conn, session_id, binding, now)
+        # The announce sink acts only on a run's end: its checkpoint starts past the
+        # ``session_created`` event below (seq 1), so a spawn needs no delivery pass.
+        delivered = 1 if binding.sink_kind is SinkKind.PARENT else 0
+        binding_record = _bind(ctx, session_id, binding, now, delivered)
     fault_point("spawn.after_binding")
-    insert_events(
+    (created,) = insert_events(
         ctx,
         session_id,
         None,
-        [NewEvent(EventKind.SESSION_CREATED, {"agent": agent.to_json(), "cwd": cwd})],
+        [NewEvent(EventKind.SESSION_CREATED, {"agent": agent_json, "cwd": cwd})],
     )
     command: CommandRecord | None = None
     if first_prompt is not None:
@@ -144,7 +154,28 @@ def spawn(
             ctx, session_id, CommandKind.PROMPT, {"content": list(first_prompt)}, None, max_attempts
         )
     fault_point("spawn.after_command")
-    return SpawnResult(queries.get_session(conn, session_id), binding_record, command, True)
+    session = SessionRecord(
+        id=session_id,
+        spawn_key=idempotency_key,
+        parent_id=parent_id,
+        depth=depth,
+        agent=AgentSpec.from_json(agent_json),  # as stored: names, never values
+        cwd=cwd,
+        state=SESSION_MACHINE.initial,
+        queue_mode=queue_mode,
+        acp_session_id=None,
+        owner=None,
+        epoch=0,
+        last_event_seq=created.seq,
+        created_at=utc(now),
+        updated_at=utc(now),
+        closed_at=None,
+        last_error=None,
+        metadata=json.loads(metadata_text),
+        agent_process=None,
+        placement=Placement.from_json(placement_json),
+    )
+    return SpawnResult(session, binding_record, command, True)
 
 
 def _legacy_spawn_hash(agent: AgentSpec, request: dict[str, Any]) -> str | None:
@@ -155,32 +186,31 @@ def _legacy_spawn_hash(agent: AgentSpec, request: dict[str, Any]) -> str | None:
     return request_hash("spawn", {**request, "agent": agent.legacy_json()})
 
 
-def _check_child_limits(conn: Connection, parent_id: str, limits: SubagentLimits) -> int:
-    parent = queries.get_session(conn, parent_id)
-    if parent.state is SessionState.CLOSED:
+def _check_parent(
+    raw: RawConnection, parent_id: str, limits: SubagentLimits
+) -> tuple[int, str | None]:
+    """A new child's depth and its parent's placement, after the checks on the parent (in
+    this order): it exists, it is open, the depth and open-children limits
+    (``LimitExceeded``), and no budget stopped it (``BudgetExceeded``)."""
+    row = raw.execute(hot.PARENT_OF_CHILD, (parent_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(parent_id)
+    state, parent_depth, placement_json, open_children, stopped_by = row
+    if state == SessionState.CLOSED.value:
         raise SessionClosed(parent_id)
-    depth = parent.depth + 1
+    depth = parent_depth + 1
     if depth > limits.max_depth:
         raise LimitExceeded(
             "max_depth", limits.max_depth, f"a child of {parent_id} would be at depth {depth}"
         )
-    open_children = int(
-        conn.execute(
-            select(func.count())
-            .select_from(sessions)
-            .where(
-                sessions.c.parent_id == parent_id,
-                sessions.c.state != SessionState.CLOSED.value,
-            )
-        ).scalar_one()
-    )
     if open_children >= limits.max_children:
         raise LimitExceeded(
             "max_children",
             limits.max_children,
             f"session {parent_id} already has {open_children} open children",
         )
-    return depth
+    raise_if_stopped(parent_id, stopped_by)  # a budget stopped the parent: no new children
+    return depth, placement_json
 
 
 def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
@@ -200,24 +230,40 @@ def _existing_spawn(conn: Connection, session_id: str) -> SpawnResult:
     )
 
 
-def _bind(conn: Connection, session_id: str, spec: BindingSpec, now: float) -> BindingRecord:
+def _bind(
+    ctx: WriteContext, session_id: str, spec: BindingSpec, now: float, delivered: int = 0
+) -> BindingRecord:
+    """The binding and its checkpoint at ``delivered`` (the seq delivered up to)."""
     binding_id = new_id()
-    conn.execute(
-        insert(bindings).values(
+    ctx.raw.execute(
+        hot.INSERT_BINDING,
+        _in_order(
+            hot.BINDING_COLUMNS,
             id=binding_id,
             session_id=session_id,
             sink_kind=spec.sink_kind.value,
             target=spec.target,
             active=True,
             bound_at=now,
-        )
+            expires_at=None,
+        ),
     )
-    conn.execute(
-        insert(delivery_checkpoints).values(binding_id=binding_id, last_event_seq=0, updated_at=now)
+    ctx.raw.execute(
+        hot.INSERT_CHECKPOINT,
+        _in_order(
+            hot.CHECKPOINT_COLUMNS, binding_id=binding_id, last_event_seq=delivered, updated_at=now
+        ),
     )
-    record = queries.get_binding(conn, binding_id)
-    assert record is not None
+    record = BindingRecord(
+        binding_id, session_id, spec.sink_kind, spec.target, True, delivered, utc(now)
+    )
+    ctx.bound.append(record)
     return record
+
+
+def _in_order(columns: tuple[str, ...], **values: Any) -> tuple[Any, ...]:
+    """An insert's parameters in the table's column order (every column named)."""
+    return tuple(values[name] for name in columns)
 
 
 def bind(ctx: WriteContext, session_id: str, spec: BindingSpec) -> BindingRecord:
@@ -225,7 +271,7 @@ def bind(ctx: WriteContext, session_id: str, spec: BindingSpec) -> BindingRecord
     session = queries.get_session(ctx.conn, session_id)
     if session.state is SessionState.CLOSED:
         raise SessionClosed(session_id)
-    return _bind(ctx.conn, session_id, spec, time.time())
+    return _bind(ctx, session_id, spec, time.time())
 
 
 def close_session(ctx: WriteContext, session_id: str, reason: str = "closed") -> SessionRecord:

@@ -9,9 +9,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from actors.delivery.announce import TRIGGERS
 from actors.delivery.service import DeliveryService
 from actors.delivery.sinks import JsonlFileSink, event_line
-from store import BindingSpec, EventRecord, NewEvent, SinkKind, Store, ops
+from state_machines.event_kinds import EventKind
+from store import BindingRecord, BindingSpec, EventRecord, NewEvent, SinkKind, Store, ops
 from tests.conftest import AGENT, eventually
 from tests.support.direct_sql import is_postgres
 from tests.support.postgres import PostgresServer
@@ -65,6 +67,42 @@ def test_a_projector_right_behind_takes_each_commits_events_without_a_read(
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == [event_line(e, store.identity) for e in store.events(sid)]
     assert [line["seq"] for line in lines] == list(range(1, 43))
+
+
+def test_a_spawned_childs_announce_binding_costs_its_spawn_no_read_and_no_write(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spawn's commit tells delivery the new session's binding, and a parent binding's
+    checkpoint starts past ``session_created`` (the announce sink acts only on a run's end):
+    no lookup, no log read and no checkpoint commit follow a spawn. The child's later events
+    still reach the announce sink."""
+    assert EventKind.SESSION_CREATED not in TRIGGERS  # what the checkpoint's start relies on
+    delivery = DeliveryService(store)
+    delivery.start()
+    parent = store.spawn(AGENT, "/w", None, None, None).session
+    assert delivery.wait_idle(10)
+    lookups: list[str] = []
+    real_lookup = store.bindings_of
+
+    def counted_lookup(session_id: str, **options: bool) -> list[BindingRecord]:
+        lookups.append(session_id)
+        return real_lookup(session_id, **options)
+
+    monkeypatch.setattr(store, "bindings_of", counted_lookup)
+    reads, (_, writes) = delivery.log_reads, store.commit_stats
+    child = store.spawn(
+        AGENT, "/w", BindingSpec(SinkKind.PARENT, parent.id), None, None, parent_id=parent.id
+    )
+    assert delivery.wait_idle(10)
+    time.sleep(0.2)  # a pass that was going to happen has had its time
+    assert (lookups, delivery.log_reads, store.commit_stats[1]) == ([], reads, writes + 1)
+    assert child.binding is not None
+    store.close_session(child.session.id)  # a run's end for the sink: delivered, checkpointed
+    assert delivery.wait_idle(10)
+    delivery.close()
+    binding = store.get_binding(child.binding.id)
+    assert binding is not None and binding.last_delivered_seq == 2
+    assert delivery.log_reads == reads + 1  # the sink's first delivery reads its binding
 
 
 def test_failing_sink_is_retried_and_never_blocks_another_binding(store: Store) -> None:

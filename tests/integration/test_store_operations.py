@@ -14,8 +14,18 @@ from state_machines import (
     SessionNotFound,
     SessionState,
 )
-from state_machines.errors import CheckpointError, CommandNotFound
-from store import BindingSpec, CommandKind, NewEvent, SinkKind, Store, ops
+from state_machines.errors import CheckpointError, CommandNotFound, LimitExceeded
+from store import (
+    AgentSpec,
+    BindingSpec,
+    CommandKind,
+    NewEvent,
+    SinkKind,
+    Store,
+    SubagentLimits,
+    ops,
+)
+from store.placement import Placement
 from tests.conftest import AGENT
 from tests.support.direct_sql import query
 
@@ -328,3 +338,62 @@ def test_group_commit_acknowledges_many_writes_per_transaction(store: Store, db:
     assert batches - before_batches < 640  # some transactions held several writes
     # every acknowledged write is visible to a fresh connection on the database
     assert query(db, "select count(*) from events where kind='e'") == [(640,)]
+
+
+def test_a_spawns_records_are_what_reading_them_back_returns(store: Store, tmp_path: Path) -> None:
+    """The spawn builds its records in memory instead of reading them back: every field must
+    be what a read returns, for each shape of spawn (the agent's env values are never in
+    them, only the names)."""
+    secret = AgentSpec("secret-agent", ("agent", "--acp"), env=(("API_KEY", "s3cr3t"),))
+    root = store.spawn(
+        secret,
+        "/work",
+        BindingSpec(SinkKind.JSONL, str(tmp_path / "root.jsonl")),
+        PROMPT,
+        "root-key",
+        metadata={"budget": {"tokens": 10}, "tags": ["a", "é"]},
+        placement=Placement(labels=("gpu", "eu")),
+    )
+    child = store.spawn(
+        AGENT,
+        "/work/child",
+        BindingSpec(SinkKind.PARENT, root.session.id),
+        None,
+        None,
+        parent_id=root.session.id,
+        queue_mode="collect",
+        limits=SubagentLimits(max_depth=2, max_children=3),
+    )
+    bare = store.spawn(AGENT, "/work", None, None, None)
+    for result in (root, child, bare):
+        assert result.session == store.get_session(result.session.id)
+        if result.binding is not None:
+            assert result.binding == store.get_binding(result.binding.id)
+        if result.command is not None:
+            assert result.command == store.get_command(result.command.id)
+    assert root.session.agent.env == () and root.session.agent.env_names == ("API_KEY",)
+    assert child.session.depth == 1 and child.session.placement == root.session.placement
+    # A parent binding's checkpoint starts past the child's session_created (the announce
+    # sink acts only on a run's end); every other binding's at 0.
+    assert child.binding is not None and child.binding.last_delivered_seq == 1
+    assert root.binding is not None and root.binding.last_delivered_seq == 0
+
+
+def test_a_child_spawn_checks_its_parent_in_one_read_and_in_order(store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        store.spawn(AGENT, "/work", None, None, None, parent_id="no-such-session")
+    parent = store.spawn(AGENT, "/work", None, None, None).session
+    one_child = SubagentLimits(max_depth=1, max_children=1)
+    child = store.spawn(AGENT, "/work", None, None, None, parent_id=parent.id, limits=one_child)
+    with pytest.raises(LimitExceeded) as many:
+        store.spawn(AGENT, "/work", None, None, None, parent_id=parent.id, limits=one_child)
+    assert many.value.limit == "max_children"
+    with pytest.raises(LimitExceeded) as deep:
+        store.spawn(AGENT, "/work", None, None, None, parent_id=child.session.id, limits=one_child)
+    assert deep.value.limit == "max_depth"
+    store.close_session(child.session.id)  # a closed child no longer counts
+    store.spawn(AGENT, "/work", None, None, None, parent_id=parent.id, limits=one_child)
+    store.close_session(parent.id)
+    with pytest.raises(SessionClosed):
+        store.spawn(AGENT, "/work", None, None, None, parent_id=parent.id)
+    assert len(store.list_sessions(parent_id=parent.id)) == 2

@@ -92,7 +92,7 @@ def test_a_childs_turn_end_and_its_announce_commit_together(
         pid = parent.session.id
         commits: list[list[tuple[str, str]]] = []
         cp._store.watch.appends(
-            lambda appended: commits.append(
+            lambda appended, _bound: commits.append(
                 [(e.session_id, e.kind) for a in appended for e in appended_events(a)]
             )
         )
