@@ -205,14 +205,16 @@ def run_floor(workdir: str, submitters: int, commands: int) -> Run:
         ]
         for thread in threads:
             thread.start()
+        cpu_before = time.process_time()
         barrier.wait()
         start = now()
         for thread in threads:
             thread.join()
         elapsed = now() - start
+        cpu = time.process_time() - cpu_before
         if errors:
             raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
-        return Run(sum(counts), elapsed, writer.transactions, writer.writes)
+        return Run(sum(counts), elapsed, writer.transactions, writer.writes, cpu)
     finally:
         writer.close()
         _remove_db(path)
@@ -228,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="acp-store-floor-", dir=args.dir)
     kinds = ("baseline", "floor", "store")
     rates: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}  # CPU µs per command (floor, store)
     try:
         for r in range(args.rounds):
             parts = []
@@ -241,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         run = run_control_plane(workdir, n, args.commands)
                     rates.setdefault((kind, n), []).append(run.rate)
+                    cpu.setdefault((kind, n), []).append(run.cpu_us_per_command)
                     parts.append(f"{kind} x{n} {run.rate:,.0f}/s")
             progress(f"round {r + 1}/{args.rounds}: " + ", ".join(parts))
     finally:
@@ -263,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{n:>10}{base:>11,.0f}{floor:>9,.0f}{store:>9,.0f}{floor / base:>11.2f}x"
             f"{store / base:>11.2f}x{store / floor:>12.2f}x"
         )
+    # The CPU the process spends per command moves far less with the disk's and the
+    # machine's noise than the rate does: the steadier read of "store / floor".
+    print(f"{'submitters':>10}{'floor CPU':>12}{'store CPU':>12}{'floor/store CPU':>17}")
+    for n in args.submitters:
+        floor_cpu, store_cpu = median(cpu[("floor", n)]), median(cpu[("store", n)])
+        print(f"{n:>10}{floor_cpu:>9.0f} µs{store_cpu:>9.0f} µs{floor_cpu / store_cpu:>16.2f}x")
     print(
         f"floor = the store's own statements through the least Python a single-writer group "
         f"commit needs; the issue's target is {TARGET_RATIO:.1f}x the baseline"

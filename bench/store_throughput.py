@@ -44,6 +44,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -107,10 +108,15 @@ class Run:
     seconds: float
     transactions: int = 0
     writes: int = 0
+    cpu_seconds: float = 0.0  # the process's CPU (every thread) in the timed part
 
     @property
     def rate(self) -> float:
         return self.commands / self.seconds if self.seconds > 0 else float("nan")
+
+    @property
+    def cpu_us_per_command(self) -> float:
+        return self.cpu_seconds * 1e6 / self.commands if self.commands else float("nan")
 
     @property
     def writes_per_tx(self) -> float:
@@ -208,11 +214,13 @@ def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
             thread.start()
         # Every submitter is parked at the barrier, so nothing is being written now.
         tx_before, writes_before = store.commit_stats
+        cpu_before = time.process_time()
         barrier.wait()
         start = now()
         for thread in threads:
             thread.join()
         elapsed = now() - start
+        cpu = time.process_time() - cpu_before
         tx_after, writes_after = store.commit_stats
         if errors:
             raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
@@ -221,6 +229,7 @@ def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
             seconds=elapsed,
             transactions=tx_after - tx_before,
             writes=writes_after - writes_before,
+            cpu_seconds=cpu,
         )
     finally:
         store.close()

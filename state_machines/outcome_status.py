@@ -21,6 +21,11 @@ class OutcomeStatus(StrEnum):
     INTERRUPTED = "interrupted"  # its process died mid-turn and it was not run again
 
 
+# The only final state whose status the result decides (its ``timedOut`` flag): a caller
+# that has the result as JSON text parses it for these states only.
+STATUS_FROM_RESULT = frozenset({CommandState.FAILED})
+
+
 def outcome_status(state: CommandState, result: Mapping[str, Any] | None) -> OutcomeStatus | None:
     """The status of a final command; None while it is still queued or running."""
     if state is CommandState.COMPLETED:

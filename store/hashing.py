@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -24,8 +25,14 @@ def canonical_payload(kind: str, payload: Any) -> tuple[str, str]:
     order around the canonical form of ``p``; tests pin that this is the SHA-256 of the
     canonical JSON of the whole envelope, the hash stored for every request so far."""
     text = _CANONICAL.encode(payload)
-    envelope = '{"kind":' + _CANONICAL.encode(kind) + ',"payload":' + text + "}"
+    envelope = '{"kind":' + _encoded_kind(kind) + ',"payload":' + text + "}"
     return text, hashlib.sha256(envelope.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=64)
+def _encoded_kind(kind: str) -> str:
+    """A command kind's JSON string (a handful of kinds: encoded once each)."""
+    return _CANONICAL.encode(kind)
 
 
 def command_hash(command: tuple[str, ...] | list[str]) -> str:

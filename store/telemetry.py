@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
 
 from state_machines import BudgetExceeded, outcome_status
+from state_machines.outcome_status import STATUS_FROM_RESULT
 from store.records import CommandKind, CommandRecord
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ def tokens_counted(used: Usage) -> None:
 
 _SECONDS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800)
 TURNS = Counter("acpctl_turns_total", "Finished prompt commands, by outcome status.", ["status"])
+_TURNS_BY_STATUS: dict[str, Any] = {}  # TURNS' child per status label
 TURN_SECONDS = Histogram(
     "acpctl_turn_duration_seconds",
     "From a prompt's claim to its outcome, seconds.",
@@ -75,13 +77,20 @@ QUEUE_WAIT_SECONDS = Histogram(
 
 
 def commands_finished(records: Sequence[CommandRecord]) -> None:
-    """After a commit: the prompts that reached a final state in it (once each, committed)."""
+    """After a commit: the prompts that reached a final state in it (once each, committed).
+    On the writer thread, so kept lean: the result is parsed only where it decides the
+    status, and each status's counter is looked up once per process."""
     now = datetime.now(UTC)
     for record in records:
         if record.kind is not CommandKind.PROMPT:
             continue
-        status = outcome_status(record.state, record.result)
-        TURNS.labels(status.value if status is not None else record.state.value).inc()
+        state = record.state
+        status = outcome_status(state, record.result if state in STATUS_FROM_RESULT else None)
+        label = status.value if status is not None else state.value
+        counter = _TURNS_BY_STATUS.get(label)
+        if counter is None:
+            counter = _TURNS_BY_STATUS.setdefault(label, TURNS.labels(label))
+        counter.inc()
         if record.started_at is not None:
             QUEUE_WAIT_SECONDS.observe(
                 max(0.0, (record.started_at - record.created_at).total_seconds())

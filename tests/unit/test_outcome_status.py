@@ -11,6 +11,7 @@ import pytest
 
 from control_plane import Outcome, OutcomeStatus
 from state_machines import CommandState, outcome_status
+from state_machines.outcome_status import STATUS_FROM_RESULT
 from store import CommandKind, CommandRecord
 from store.ops.announce import status_of
 
@@ -63,3 +64,12 @@ def test_a_run_that_is_not_final_has_no_status(state: CommandState) -> None:
     assert outcome_status(state, None) is None
     with pytest.raises(ValueError, match="not final"):
         status_of(_command(state, None))
+
+
+@pytest.mark.parametrize("state", list(CommandState))
+def test_only_the_states_named_read_the_result(state: CommandState) -> None:
+    """Metrics parse a finished command's result only for ``STATUS_FROM_RESULT`` (on the
+    writer thread, per prompt): every other state's status must not depend on it."""
+    results: list[dict[str, Any] | None] = [None, {}, {"timedOut": True}, {"timedOut": False}]
+    statuses = {outcome_status(state, result) for result in results}
+    assert (len(statuses) > 1) == (state in STATUS_FROM_RESULT)
