@@ -8,7 +8,6 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from state_machines import SessionState
 from store import Store, queries
 from store.faults import fault_point
 from store.ops.announce import announce_turn
@@ -35,14 +34,15 @@ def wake_siblings(
     store: Store, session_id: str, parent_id: str, notify: Callable[[str], None]
 ) -> None:
     """A child finished a turn: a sibling held back by max_running_children may go. Only
-    siblings that could start a turn are told: a running (or cancelling) one has nothing to
-    claim, and wakes the others itself when its turn ends; a closed one never runs again."""
-    for sibling in store.list_sessions(parent_id=parent_id, limit=10_000):
-        if sibling.id != session_id and sibling.state not in _CANNOT_START:
-            notify(sibling.id)
-
-
-_CANNOT_START = frozenset({SessionState.RUNNING, SessionState.CANCELLING, SessionState.CLOSED})
+    siblings with queued work that could start a turn are told (one read of their ids): a
+    cap holds back only a turn, and a turn comes only from a queued command; a running (or
+    cancelling) sibling wakes the others itself when its turn ends; a closed one never runs
+    again."""
+    waiting = store.read_raw(
+        lambda raw: queries.siblings_with_queued_work(raw, session_id, parent_id)
+    )
+    for sibling_id in waiting:
+        notify(sibling_id)
 
 
 def announcing(

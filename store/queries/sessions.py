@@ -8,7 +8,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, func, select
 
-from state_machines import CommandState, SessionNotFound, SessionState
+from state_machines import (
+    SESSION_MACHINE,
+    CommandState,
+    SessionEvent,
+    SessionNotFound,
+    SessionState,
+)
 from store.placement import Placement, allowed
 from store.queries.nodes import Liveness
 from store.raw import RawConnection
@@ -184,6 +190,26 @@ def siblings_running(raw: RawConnection, session_id: str) -> int:
         (parent[0], session_id, SessionState.RUNNING.value, SessionState.CANCELLING.value),
     ).fetchone()
     return int(count)
+
+
+# A session in these states has nothing to claim now: one in a turn (the states a turn's
+# end leaves from) ends it first and wakes its siblings then; a final one never runs again.
+_CANNOT_START = tuple(
+    sorted(SESSION_MACHINE.sources(SessionEvent.TURN_ENDED) | SESSION_MACHINE.final)
+)
+_SIBLINGS_WITH_QUEUED_WORK = (
+    "SELECT s.id FROM sessions s WHERE s.parent_id = ? AND s.id != ? "
+    f"AND s.state NOT IN ({', '.join('?' for _ in _CANNOT_START)}) "
+    "AND EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id AND c.state = ?)"
+)
+
+
+def siblings_with_queued_work(raw: RawConnection, session_id: str, parent_id: str) -> list[str]:
+    """The other children of ``parent_id`` that have a queued command and could start a
+    turn: the ones a ``max_running_children`` cap may be holding back. On a driver
+    connection (``Store.read_raw``): it runs after every child's turn, and reads ids only."""
+    params = (parent_id, session_id, *(s.value for s in _CANNOT_START), CommandState.QUEUED.value)
+    return [row[0] for row in raw.execute(_SIBLINGS_WITH_QUEUED_WORK, params).fetchall()]
 
 
 def tree_root(conn: Connection, session_id: str) -> str:

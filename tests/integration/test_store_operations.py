@@ -24,6 +24,7 @@ from store import (
     Store,
     SubagentLimits,
     ops,
+    queries,
 )
 from store.placement import Placement
 from tests.conftest import AGENT
@@ -397,3 +398,28 @@ def test_a_child_spawn_checks_its_parent_in_one_read_and_in_order(store: Store) 
     with pytest.raises(SessionClosed):
         store.spawn(AGENT, "/work", None, None, None, parent_id=parent.id)
     assert len(store.list_sessions(parent_id=parent.id)) == 2
+
+
+def test_the_siblings_a_finished_child_wakes_are_those_with_queued_work_that_can_start(
+    store: Store,
+) -> None:
+    """After a child's turn, only siblings a running-children cap may be holding back are
+    woken: queued work, and neither in a turn nor closed."""
+    parent = store.spawn(AGENT, "/work", None, None, None).session.id
+
+    def child(prompt: list[dict[str, str]] | None) -> str:
+        return store.spawn(AGENT, "/work", None, prompt, None, parent_id=parent).session.id
+
+    finished, waiting, idle_empty, running, closed = (
+        child(PROMPT),
+        child(PROMPT),
+        child(None),
+        child(PROMPT),
+        child(PROMPT),
+    )
+    store.write(lambda ctx: ops.transition_session(ctx.conn, running, SessionEvent.CREATED))
+    store.write(lambda ctx: ops.transition_session(ctx.conn, running, SessionEvent.TURN_STARTED))
+    store.close_session(closed)
+    woken = store.read_raw(lambda raw: queries.siblings_with_queued_work(raw, finished, parent))
+    assert woken == [waiting]
+    assert idle_empty not in woken
