@@ -109,30 +109,31 @@ def spawn(
     session_id = new_id()
     agent_json = agent.to_json()
     metadata_text = compact_json(metadata or {})
-    row = {
-        "id": session_id,
-        "spawn_key": idempotency_key,
-        "request_hash": digest,
-        "parent_id": parent_id,
-        "depth": depth,
-        "agent": compact_json(agent_json),
-        "cwd": cwd,
-        "state": SESSION_MACHINE.initial.value,
-        "queue_mode": queue_mode,
-        "acp_session_id": None,
-        "owner": None,
-        "epoch": 0,
-        "last_event_seq": 0,
-        "last_command_seq": 0,
-        "created_at": now,
-        "updated_at": now,
-        "closed_at": None,
-        "last_error": None,
-        "metadata": metadata_text,
-        "agent_process": None,
-        "placement": placement_json,
-    }
-    raw.execute(hot.INSERT_SESSION, tuple(row[name] for name in hot.SESSION_COLUMNS))
+    session_row = _in_order(
+        hot.SESSION_COLUMNS,
+        id=session_id,
+        spawn_key=idempotency_key,
+        request_hash=digest,
+        parent_id=parent_id,
+        depth=depth,
+        agent=compact_json(agent_json),
+        cwd=cwd,
+        state=SESSION_MACHINE.initial.value,
+        queue_mode=queue_mode,
+        acp_session_id=None,
+        owner=None,
+        epoch=0,
+        last_event_seq=0,
+        last_command_seq=0,
+        created_at=now,
+        updated_at=now,
+        closed_at=None,
+        last_error=None,
+        metadata=metadata_text,
+        agent_process=None,
+        placement=placement_json,
+    )
+    raw.execute(hot.INSERT_SESSION, session_row)
     notify_session(ctx, session_id)
     fault_point("spawn.after_session")
     binding_record: BindingRecord | None = None
@@ -262,7 +263,9 @@ def _bind(
 
 
 def _in_order(columns: tuple[str, ...], **values: Any) -> tuple[Any, ...]:
-    """An insert's parameters in the table's column order (every column named)."""
+    """An insert's parameters in the table's column order. Every column must be named: a
+    column added to the table without a value here is a ``KeyError`` at the first insert,
+    not a silent default."""
     return tuple(values[name] for name in columns)
 
 

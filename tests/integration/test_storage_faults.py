@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from control_plane import CommandState, ControlPlane, SessionState, StoreOptions
+from tests.conftest import eventually
 from tests.support.cp_harness import FAST, example_agent, noop_agent
 
 HOLD_LOCK = """
@@ -143,7 +144,10 @@ def test_a_full_disk_for_a_while_wedges_no_session_and_the_work_finishes_after(
             assert chunks == 20 and kinds[-1] == "turn_ended"
         for sid in sessions:
             assert cp.get(sid).state is SessionState.IDLE
-        assert cp.store_fault(0) is None
+        # The store takes writes again: its fault clears at the next write that commits. (Not
+        # read once: a write retried from the full window, such as a lease renewal, can still
+        # be the last one refused when the turns end; seen once in CI.)
+        eventually(lambda: cp.store_fault(0) is None, 20, "the store's fault to clear")
 
 
 @pytest.mark.timeout(120)
