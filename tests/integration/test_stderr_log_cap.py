@@ -183,8 +183,10 @@ def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path, d
         assert reply["written"] > total
         assert reply["maxWriteMs"] < 1000  # a file write never waits on a reader
         # Bounded: the live file past the cap by what came within a check, the old .1 and
-        # the new one being written; without the cap, 20 MiB.
-        assert peak < 2 * CAP + 2 * 1024 * 1024, peak
+        # the new one being written; without the cap, 20 MiB. "Within a check" is time: on a
+        # loaded 2-core machine the loop's check can wait for a CPU while the agent writes on
+        # (CI under four test workers saw 5.5 MiB), hence the slack, still far below 20 MiB.
+        assert peak < 2 * CAP + 8 * 1024 * 1024, peak
         # The same process answers again: it was neither blocked nor killed.
         second = cp.wait(cp.prompt(spawned.session.id, "1024 0 second").id, 30)
         assert second.ok and json.loads(second.text)["pid"] == reply["pid"]
