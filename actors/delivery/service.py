@@ -148,8 +148,7 @@ class DeliveryService:
         # their appends cost a dict lookup. Records are built on the pool, not here.
         session_ids = {entry[0] for entry in appended}
         with self._lock:
-            if bound:
-                self._learn(bound, appended)
+            self._learn(bound, appended)
             known = {sid: self._bindings.get(sid) for sid in session_ids}
             unknown = {sid for sid, ids in known.items() if ids is None}
             if unknown:
@@ -166,16 +165,19 @@ class DeliveryService:
 
     def _learn(self, bound: Sequence[BindingRecord], appended: Sequence[Appended]) -> None:
         """Bindings a commit created (under the lock). A session this commit created (its
-        ``session_created`` at seq 1 is in it) has exactly these bindings: known without a
-        read. Another session's are added only if its bindings are known already."""
-        created = {entry[0] for entry in appended if entry[1] == 1}
+        ``session_created`` at seq 1 is in it: only a spawn writes one) has exactly these
+        bindings, most often none: known without a read. Another session's are added only
+        if its bindings are known already."""
+        for entry in appended:
+            if entry[1] == 1:
+                self._bindings.setdefault(entry[0], ())
         for binding in bound:
             sid = binding.session_id
             ids = self._bindings.get(sid)
-            if ids is None and sid not in created:
+            if ids is None:
                 continue  # looked up with the rest of its bindings when it next commits
-            if binding.id not in (ids or ()):
-                self._bindings[sid] = (*(ids or ()), binding.id)
+            if binding.id not in ids:
+                self._bindings[sid] = (*ids, binding.id)
             # Where its checkpoint starts: a commit's events up to here need no pass.
             self._positions.setdefault(binding.id, binding.last_delivered_seq)
 

@@ -69,17 +69,16 @@ def test_a_projector_right_behind_takes_each_commits_events_without_a_read(
     assert [line["seq"] for line in lines] == list(range(1, 43))
 
 
-def test_a_spawned_childs_announce_binding_costs_its_spawn_no_read_and_no_write(
+def test_a_spawn_costs_delivery_no_lookup_no_read_and_no_write(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The spawn's commit tells delivery the new session's binding, and a parent binding's
-    checkpoint starts past ``session_created`` (the announce sink acts only on a run's end):
-    no lookup, no log read and no checkpoint commit follow a spawn. The child's later events
-    still reach the announce sink."""
+    """The spawn's commit tells delivery the new session's bindings (most often none), and a
+    parent binding's checkpoint starts past ``session_created`` (the announce sink acts only
+    on a run's end): no lookup, no log read and no checkpoint commit follow a spawn, with or
+    without a binding. The child's later events still reach the announce sink."""
     assert EventKind.SESSION_CREATED not in TRIGGERS  # what the checkpoint's start relies on
     delivery = DeliveryService(store)
     delivery.start()
-    parent = store.spawn(AGENT, "/w", None, None, None).session
     assert delivery.wait_idle(10)
     lookups: list[str] = []
     real_lookup = store.bindings_of
@@ -90,12 +89,14 @@ def test_a_spawned_childs_announce_binding_costs_its_spawn_no_read_and_no_write(
 
     monkeypatch.setattr(store, "bindings_of", counted_lookup)
     reads, (_, writes) = delivery.log_reads, store.commit_stats
+    parent = store.spawn(AGENT, "/w", None, None, None).session
+    store.append_events(parent.id, None, [NewEvent("tick", {})])  # a known session: no read
     child = store.spawn(
         AGENT, "/w", BindingSpec(SinkKind.PARENT, parent.id), None, None, parent_id=parent.id
     )
     assert delivery.wait_idle(10)
     time.sleep(0.2)  # a pass that was going to happen has had its time
-    assert (lookups, delivery.log_reads, store.commit_stats[1]) == ([], reads, writes + 1)
+    assert (lookups, delivery.log_reads, store.commit_stats[1]) == ([], reads, writes + 3)
     assert child.binding is not None
     store.close_session(child.session.id)  # a run's end for the sink: delivered, checkpointed
     assert delivery.wait_idle(10)
