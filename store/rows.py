@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Row
@@ -26,7 +27,12 @@ def _opt_utc(ts: float | None) -> Any:
 
 
 def session_from_row(row: Row[Any]) -> SessionRecord:
-    m = row._mapping
+    return session_from_mapping(row._mapping)
+
+
+def session_from_mapping(m: Mapping[Any, Any]) -> SessionRecord:
+    """A session's record from its column values (a row read, or the values a spawn just
+    inserted: the same conversion either way)."""
     return SessionRecord(
         id=m["id"],
         spawn_key=m["spawn_key"],

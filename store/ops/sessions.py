@@ -3,7 +3,6 @@ close, the orphan sweep, and the agent capabilities cache."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -51,7 +50,7 @@ from store.records import (
     SubagentLimits,
     utc,
 )
-from store.rows import command_from_row
+from store.rows import command_from_row, session_from_mapping
 from store.schema import bindings, commands, sessions
 from store.writer import WriteContext
 
@@ -108,32 +107,30 @@ def spawn(
     now = time.time()
     session_id = new_id()
     agent_json = agent.to_json()
-    metadata_text = compact_json(metadata or {})
-    session_row = _in_order(
-        hot.SESSION_COLUMNS,
-        id=session_id,
-        spawn_key=idempotency_key,
-        request_hash=digest,
-        parent_id=parent_id,
-        depth=depth,
-        agent=compact_json(agent_json),
-        cwd=cwd,
-        state=SESSION_MACHINE.initial.value,
-        queue_mode=queue_mode,
-        acp_session_id=None,
-        owner=None,
-        epoch=0,
-        last_event_seq=0,
-        last_command_seq=0,
-        created_at=now,
-        updated_at=now,
-        closed_at=None,
-        last_error=None,
-        metadata=metadata_text,
-        agent_process=None,
-        placement=placement_json,
-    )
-    raw.execute(hot.INSERT_SESSION, session_row)
+    row: dict[str, Any] = {
+        "id": session_id,
+        "spawn_key": idempotency_key,
+        "request_hash": digest,
+        "parent_id": parent_id,
+        "depth": depth,
+        "agent": compact_json(agent_json),  # names of env variables, never values
+        "cwd": cwd,
+        "state": SESSION_MACHINE.initial.value,
+        "queue_mode": queue_mode,
+        "acp_session_id": None,
+        "owner": None,
+        "epoch": 0,
+        "last_event_seq": 0,
+        "last_command_seq": 0,
+        "created_at": now,
+        "updated_at": now,
+        "closed_at": None,
+        "last_error": None,
+        "metadata": compact_json(metadata or {}),
+        "agent_process": None,
+        "placement": placement_json,
+    }
+    raw.execute(hot.INSERT_SESSION, _in_order(hot.SESSION_COLUMNS, **row))
     notify_session(ctx, session_id)
     fault_point("spawn.after_session")
     binding_record: BindingRecord | None = None
@@ -155,27 +152,8 @@ def spawn(
             ctx, session_id, CommandKind.PROMPT, {"content": list(first_prompt)}, None, max_attempts
         )
     fault_point("spawn.after_command")
-    session = SessionRecord(
-        id=session_id,
-        spawn_key=idempotency_key,
-        parent_id=parent_id,
-        depth=depth,
-        agent=AgentSpec.from_json(agent_json),  # as stored: names, never values
-        cwd=cwd,
-        state=SESSION_MACHINE.initial,
-        queue_mode=queue_mode,
-        acp_session_id=None,
-        owner=None,
-        epoch=0,
-        last_event_seq=created.seq,
-        created_at=utc(now),
-        updated_at=utc(now),
-        closed_at=None,
-        last_error=None,
-        metadata=json.loads(metadata_text),
-        agent_process=None,
-        placement=Placement.from_json(placement_json),
-    )
+    # The record from the values just inserted, as a read would convert them.
+    session = session_from_mapping({**row, "last_event_seq": created.seq})
     return SpawnResult(session, binding_record, command, True)
 
 
