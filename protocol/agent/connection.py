@@ -249,6 +249,7 @@ class AgentConnection(SessionRequests):
         recorder (the session actor then commits the outcome together with the last ones)."""
         conn = self._require_conn()
         session_id = self._require_session()
+        await self.host.router.replay_settled(self._recorder)
         self.permissions.turn_started()
         turn = asyncio.ensure_future(
             self._guard(conn.prompt(session_id=session_id, prompt=list(blocks)))  # type: ignore[arg-type]

@@ -10,6 +10,12 @@ recorder of the session its ``params.sessionId`` names, in wire order.
   handed over when the session attaches: an agent may send a session's first updates (its
   slash commands) before the ``session/new`` answer has been read by the SDK.
 - A session whose ``session/load`` is replaying gets nothing: the store has that history.
+  Some agents answer the load first and stream the replay after it (Gemini CLI 0.61.0 starts
+  its ``streamHistory`` without awaiting it), so until the session's next prompt, conversation
+  updates (messages, thoughts, tool calls, plans) are still taken as replay and dropped; other
+  updates (slash commands, mode, config) pass. The first prompt after a load waits until no
+  replayed frame came for ``REPLAY_QUIET_S`` (from the answer on), so that a replay still on
+  its way is not taken for the new turn (:meth:`FrameRouter.replay_settled`).
 - Process-level events (the agent exited, broke the protocol) go to every session.
 
 Runs on the protocol loop only.
@@ -17,7 +23,10 @@ Runs on the protocol loop only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from protocol.agent.types import Recorder
@@ -26,6 +35,31 @@ log = logging.getLogger(__name__)
 
 Frames = list[tuple[str, dict[str, Any]]]
 MAX_HELD = 1000
+# What an agent's replay of a conversation is made of; outside a turn, right after a load,
+# an agent has nothing else to send of these kinds.
+REPLAYED_KINDS = frozenset(
+    {
+        "user_message_chunk",
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+    }
+)
+# The first prompt after a load waits for this long without a replayed frame (counted from
+# the answer), and at most REPLAY_SETTLE_MAX_S in all: a replay is the agent writing what it
+# has on disk, a matter of milliseconds, and a restore has just cost an agent start anyway.
+REPLAY_QUIET_S = 0.25
+REPLAY_SETTLE_MAX_S = 2.0
+
+
+@dataclass
+class _Trailing:
+    """A session whose load was answered and that has not prompted since."""
+
+    last: float  # monotonic time of the answer, then of the last replayed frame dropped
+    dropped: int = 0
 
 
 class FrameRouter:
@@ -34,6 +68,7 @@ class FrameRouter:
         self._by_acp_id: dict[str, Recorder] = {}
         self._sessions: list[Recorder] = []  # every attached session, with an id or not
         self._replaying: set[int] = set()  # id() of recorders whose load is replaying
+        self._trailing: dict[int, _Trailing] = {}  # by id() of the recorder
         self._held: dict[str, Frames] = {}
         self._warned: set[str] = set()
 
@@ -53,19 +88,52 @@ class FrameRouter:
         for acp_id in [k for k, r in self._by_acp_id.items() if r is recorder]:
             del self._by_acp_id[acp_id]
         self._replaying.discard(id(recorder))
+        self._trailing.pop(id(recorder), None)
 
     def replaying(self, recorder: Recorder, on: bool) -> None:
+        """The session's ``session/load`` was sent (``on``) or answered (off: what may still
+        trail of its replay is dropped until the next prompt)."""
         if on:
             self._replaying.add(id(recorder))
         else:
             self._replaying.discard(id(recorder))
+            self._trailing[id(recorder)] = _Trailing(time.monotonic())
+
+    async def replay_settled(self, recorder: Recorder) -> None:
+        """Before the session's next prompt: a replay that trailed its load's answer has
+        gone quiet, and from now on everything is this session's new conversation."""
+        key = id(recorder)
+        trailing = self._trailing.get(key)
+        if trailing is None:
+            return
+        deadline = time.monotonic() + REPLAY_SETTLE_MAX_S
+        while (now := time.monotonic()) < min(trailing.last + REPLAY_QUIET_S, deadline):
+            await asyncio.sleep(min(trailing.last + REPLAY_QUIET_S, deadline) - now)
+        if self._trailing.pop(key, None) is not None and trailing.dropped:
+            log.info(
+                "dropped %d session/load replay frames the agent sent after its answer",
+                trailing.dropped,
+            )
+
+    def _after_replay(self, recorder: Recorder, frames: Frames) -> Frames:
+        """``frames`` without the replayed ones, for a session whose load was answered."""
+        kept = [f for f in frames if _update_kind(f[1]) not in REPLAYED_KINDS]
+        if len(kept) < len(frames):
+            trailing = self._trailing[id(recorder)]
+            trailing.last = time.monotonic()
+            trailing.dropped += len(frames) - len(kept)
+        return kept
 
     # -- Recorder protocol, for the raw tap ----------------------------------------------
 
     def updates(self, frames: Frames) -> None:
         if not self.shared:
             if len(self._sessions) == 1 and id(self._sessions[0]) not in self._replaying:
-                self._sessions[0].updates(frames)
+                only = self._sessions[0]
+                if self._trailing and id(only) in self._trailing:
+                    frames = self._after_replay(only, frames)
+                if frames:
+                    only.updates(frames)
             return
         runs: dict[int, tuple[Recorder, Frames]] = {}
         for frame in frames:
@@ -76,7 +144,10 @@ class FrameRouter:
             elif id(recorder) not in self._replaying:
                 runs.setdefault(id(recorder), (recorder, []))[1].append(frame)
         for recorder, run in runs.values():
-            recorder.updates(run)
+            if id(recorder) in self._trailing:
+                run = self._after_replay(recorder, run)
+            if run:
+                recorder.updates(run)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         for recorder in list(self._sessions):
@@ -96,6 +167,14 @@ class FrameRouter:
         elif acp_id not in self._warned:
             self._warned.add(acp_id)
             log.warning("updates for unknown ACP session %s beyond %d dropped", acp_id, MAX_HELD)
+
+
+def _update_kind(frame: dict[str, Any]) -> str | None:
+    try:
+        kind = frame["params"]["update"]["sessionUpdate"]
+    except (KeyError, TypeError):
+        return None
+    return kind if isinstance(kind, str) else None
 
 
 def _session_id_of(frame: dict[str, Any]) -> str | None:

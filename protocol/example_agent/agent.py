@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -178,26 +179,39 @@ class ExampleAgent(TurnScript):
             update = AvailableCommandsUpdate(
                 session_update="available_commands_update", available_commands=SLASH_COMMANDS
             )
-            task = asyncio.ensure_future(self._send(sid, update))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._in_background(self._send(sid, update))
 
         asyncio.get_running_loop().call_soon(send)
 
     async def load_session(
         self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None, **_: Any
     ) -> LoadSessionResponse:
-        """Replay the stored conversation as updates, then answer (ACP requires that order)."""
+        """Replay the stored conversation as updates, then answer (ACP requires that order;
+        ``--replay-after-answer`` answers first and replays after, like Gemini CLI)."""
         if not self.options.load:
             raise RequestError.method_not_found("session/load")
         record = self._attach(session_id, cwd)
         self.mcp_servers[session_id] = list(mcp_servers or [])
+        if self.options.replay_after_answer:
+            # Like the slash commands below: this callback runs after the SDK queued the answer.
+            asyncio.get_running_loop().call_soon(
+                lambda: self._in_background(self._replay(session_id, record))
+            )
+        else:
+            await self._replay(session_id, record)
+        self._announce_commands(session_id)
+        return LoadSessionResponse(modes=_modes(record), config_options=_config(record))
+
+    async def _replay(self, session_id: str, record: SessionRecord) -> None:
         for turn in record.history:
             await self._send(session_id, update_user_message_text(turn.user))
             if turn.reply:
                 await self._send(session_id, update_agent_message_text(turn.reply))
-        self._announce_commands(session_id)
-        return LoadSessionResponse(modes=_modes(record), config_options=_config(record))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def resume_session(
         self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None, **_: Any

@@ -239,7 +239,11 @@ def test_missing_agent_program_is_agent_start_failed(harness: AgentHarness) -> N
 
 @pytest.mark.parametrize(
     ("flags", "how"),
-    [((), "resumed"), (("--no-resume",), "loaded")],
+    [
+        ((), "resumed"),
+        (("--no-resume",), "loaded"),
+        (("--no-resume", "--replay-after-answer"), "loaded"),
+    ],
 )
 def test_restored_session_after_agent_kill_sees_the_earlier_conversation(
     harness: AgentHarness, flags: tuple[str, ...], how: str
@@ -255,6 +259,11 @@ def test_restored_session_after_agent_kill_sees_the_earlier_conversation(
     assert opened.how == how
     assert len(harness.updates()) == updates_before  # replay not re-recorded
     harness.run(second.prompt(_text("#history")))
+    # Nothing of the replay is recorded again, not even a replay that trails the answer to
+    # session/load (Gemini CLI's way): the new turn's updates only.
+    after = harness.updates()[updates_before:]
+    assert [u for u in after if u["sessionUpdate"] == "user_message_chunk"] == []
+    assert "Echo: remember the apple" not in [u.get("content", {}).get("text") for u in after]
     assert "remember the apple" in harness.message_text().split("history:")[-1]
 
 

@@ -4,6 +4,9 @@ against the scripted stand-in model server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from acp import RequestError
@@ -22,6 +25,12 @@ async def _prompt(conn, session_id: str, text: str, timeout: float = 90):
     return await asyncio.wait_for(
         conn.prompt(session_id=session_id, prompt=[text_block(text)]), timeout
     )
+
+
+async def _until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
 
 
 def test_say_streams_message_chunks(real_agent: RealAgent) -> None:
@@ -98,7 +107,7 @@ def test_load_session_in_new_process_replays_history(real_agent: RealAgent) -> N
     first = RecordingClient(real_agent.cwd)
     second = RecordingClient(real_agent.cwd)
 
-    async def run() -> str:
+    async def run() -> list[Any]:
         async with agent_connection(real_agent.launch, first, real_agent.cwd) as (conn, _, init):
             assert init.agent_capabilities.load_session is True
             new = await asyncio.wait_for(
@@ -117,7 +126,11 @@ def test_load_session_in_new_process_replays_history(real_agent: RealAgent) -> N
                 ),
                 60,
             )
-            replayed = message_text(second.updates)
+            if real_agent.name == "gemini":
+                # Gemini CLI 0.61.0 answers session/load and streams the replay after it (its
+                # loadSession starts streamHistory without awaiting it): give it the time.
+                await _until(lambda: "remember me" in message_text(second.updates), 10)
+            replayed = list(second.updates)
             second.clear()
             resp = await _prompt(conn, new.session_id, "SAY still here")
             assert resp.stop_reason == "end_turn"
@@ -129,8 +142,17 @@ def test_load_session_in_new_process_replays_history(real_agent: RealAgent) -> N
     except RequestError as exc:
         if real_agent.name == "gemini" and "No previous sessions" in str(exc.data):
             # Measured with Gemini CLI 0.61.0: loading a one-turn session right after the first
-            # process exits fails with -32603 {"details": "No previous sessions found for this
-            # project."}; an older multi-turn session in the same HOME loads and replays fine.
+            # process exits usually fails with -32603 {"details": "No previous sessions found
+            # for this project."}: the loading process sets up a chat recording under the same
+            # id, which rewrites the session file without the turn before it is read back.
+            # When the read wins the race, it loads and replays (the path above).
             pytest.xfail(f"gemini session/load right after the first process: {exc.data}")
         raise
-    assert "remember me" in replayed
+    prompts = [
+        getattr(u.content, "text", "") for u in replayed if u.session_update == "user_message_chunk"
+    ]
+    if real_agent.name == "gemini" and not any("remember me" in p for p in prompts):
+        # The same race, the other way: the file was read after its rewrite, and the
+        # session loaded without its turn (not even the prompt was replayed).
+        pytest.xfail("gemini loaded the session rewritten without its turn")
+    assert "remember me" in message_text(replayed)

@@ -1,0 +1,90 @@
+"""The frame router after a ``session/load``: a replay that trails the load's answer (Gemini
+CLI's way) is not recorded again, other updates pass, and the next prompt ends the window."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from protocol.agent import frame_router
+from protocol.agent.frame_router import FrameRouter
+
+
+class ListRecorder:
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def updates(self, frames: list[tuple[str, dict[str, Any]]]) -> None:
+        self.kinds.extend(f[1]["params"]["update"]["sessionUpdate"] for f in frames)
+
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
+        return None
+
+    async def flush(self) -> None:
+        return None
+
+
+def _frame(kind: str, acp_id: str = "s1") -> tuple[str, dict[str, Any]]:
+    frame = {
+        "method": "session/update",
+        "params": {"sessionId": acp_id, "update": {"sessionUpdate": kind}},
+    }
+    return ("", frame)
+
+
+CONVERSATION = ["user_message_chunk", "agent_message_chunk", "tool_call", "plan"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_replay_trailing_the_load_answer_is_dropped_until_the_next_prompt(shared: bool) -> None:
+    router = FrameRouter(shared)
+    recorder = ListRecorder()
+    router.attach(recorder)
+    router.bind("s1", recorder)
+    router.replaying(recorder, True)
+    router.updates([_frame("user_message_chunk")])  # the replay before the answer
+    router.replaying(recorder, False)
+    # after the answer: the conversation kinds are replay, the rest is live
+    router.updates([_frame(k) for k in CONVERSATION] + [_frame("available_commands_update")])
+    assert recorder.kinds == ["available_commands_update"]
+
+    asyncio.run(router.replay_settled(recorder))  # the next prompt
+    router.updates([_frame("agent_message_chunk")])
+    assert recorder.kinds == ["available_commands_update", "agent_message_chunk"]
+
+
+def test_the_next_prompt_waits_until_the_replay_is_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(frame_router, "REPLAY_QUIET_S", 0.2)
+    router = FrameRouter(False)
+    recorder = ListRecorder()
+    router.attach(recorder)
+
+    async def run() -> float:
+        router.replaying(recorder, True)
+        router.replaying(recorder, False)
+        loop = asyncio.get_running_loop()
+        for delay in (0.1, 0.2):  # replayed frames keep coming for a while
+            loop.call_later(delay, router.updates, [_frame("agent_message_chunk")])
+        started = time.monotonic()
+        await router.replay_settled(recorder)
+        return time.monotonic() - started
+
+    waited = asyncio.run(run())
+    assert waited >= 0.2 + 0.2 - 0.02  # quiet for REPLAY_QUIET_S after the last one
+    assert recorder.kinds == []
+    router.updates([_frame("agent_message_chunk")])
+    assert recorder.kinds == ["agent_message_chunk"]
+
+
+def test_a_session_that_never_loaded_prompts_without_waiting() -> None:
+    router = FrameRouter(False)
+    recorder = ListRecorder()
+    router.attach(recorder)
+    started = time.monotonic()
+    asyncio.run(router.replay_settled(recorder))
+    assert time.monotonic() - started < frame_router.REPLAY_QUIET_S
+    router.updates([_frame("agent_message_chunk")])
+    assert recorder.kinds == ["agent_message_chunk"]
