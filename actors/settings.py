@@ -40,6 +40,12 @@ class RuntimeSettings:
     # Agent processes starting at once (a start can cost seconds of CPU: a storm of them
     # on a small machine would time every one of them out).
     max_concurrent_starts: int = 4
+    # Agents (and everything they start) run this many steps nicer than the control plane:
+    # with agents starting or building on every core, the control plane's threads (which
+    # every session's writes go through) still get a CPU at once. Only contention is
+    # affected: an idle machine runs a nicer agent as fast. 0: the same priority
+    # (docs/operations.md, "Agent priority").
+    agent_nice: int = 10
     # How often the supervisor looks for work other processes queued or left behind.
     sweep_interval_s: float = 1.0
     # How often the sweep also queries the store for work queued by other processes or left

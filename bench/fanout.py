@@ -46,6 +46,7 @@ Run from the repository root::
     python bench/fanout.py                      # 50 children, caps 8 and 32: a few minutes
     python bench/fanout.py --children 10 --caps 4
     python bench/fanout.py --json > fanout.json
+    python bench/fanout.py --agent-nice 10      # agents nicer than the control plane
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ def per_child_metrics(
     return metrics, missing
 
 
-def run_cap(workdir: Path, cap: int, children: int, share: int = 1) -> CapRun:
+def run_cap(workdir: Path, cap: int, children: int, share: int = 1, agent_nice: int = 0) -> CapRun:
     tmp = Path(tempfile.mkdtemp(prefix=f"cap{cap}-", dir=workdir))
     settings = replace(
         RuntimeSettings(),
@@ -252,6 +253,7 @@ def run_cap(workdir: Path, cap: int, children: int, share: int = 1) -> CapRun:
         max_running_children=cap,
         max_running_turns=cap + 1,
         sessions_per_agent=share,
+        agent_nice=agent_nice,
         subagent_limits=replace(SubagentLimits(), max_children=max(children, 50)),
         log_dir=str(tmp / "agent-logs"),
     )
@@ -404,7 +406,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"subagent fan-out: 1 parent -> {cfg['children']} children (mode=run, announce=True, "
         f"'#chunks=3 child i'), example agent as subprocesses\n"
         f"one run per cap; max_running_turns = cap + 1, max_concurrent_starts "
-        f"{cfg['max_concurrent_starts']}\n"
+        f"{cfg['max_concurrent_starts']}, agent nice {cfg.get('agent_nice', 0)}\n"
         f"Python {mach['python']}, SQLite {mach['sqlite']}, "
         f"SQLAlchemy {mach.get('sqlalchemy', '?')}, {mach['cpus']} CPUs, {mach['platform']}"
     )
@@ -482,6 +484,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="children one agent process may hold (default 1: a process per child)",
     )
+    parser.add_argument(
+        "--agent-nice",
+        type=int,
+        default=RuntimeSettings().agent_nice,
+        help="agents run this many steps nicer than the control plane (limits.agent_nice; "
+        "default the setting's default, 10)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     return parser.parse_args(argv)
 
@@ -493,7 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cap in args.caps:
             progress(f"fan-out: {args.children} children, max_running_children {cap}")
-            runs.append(run_cap(workdir, cap, args.children, args.sessions_per_agent))
+            runs.append(
+                run_cap(workdir, cap, args.children, args.sessions_per_agent, args.agent_nice)
+            )
             progress(f"  cap {cap}: wall {runs[-1].wall_s:.1f} s")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -503,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
         "dir": str(workdir),
         "max_concurrent_starts": RuntimeSettings().max_concurrent_starts,
         "sessions_per_agent": args.sessions_per_agent,
+        "agent_nice": args.agent_nice,
         "poll_s": POLL_S,
     }
     report = summarise(runs, config)

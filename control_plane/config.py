@@ -15,6 +15,7 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     max_live_agents = 64            # idle agents beyond it are passivated, least recent first
     agent_log_max_bytes = 16777216  # an agent's stderr log is cut past it (one older part kept)
     sessions_per_agent = 1          # sessions one agent process may hold (batch default: 8)
+    agent_nice = 10                 # agents run this many steps nicer than acpctl (0-19)
 
     [timeouts]
     turn_s = 600
@@ -180,6 +181,7 @@ class Config(_Strict):
             "lease_s": self.node.lease_s,
             "agent_log_max_bytes": self.limits.agent_log_max_bytes,
             "sessions_per_agent": self.limits.sessions_per_agent,
+            "agent_nice": self.limits.agent_nice,
             "shared_agent_idle_s": self.timeouts.shared_agent_idle_s,
             "log_dir": str(self.db_path.parent / "agent-logs"),
             "budgets": BudgetDefaults(
@@ -233,6 +235,7 @@ ENV_MAP: dict[str, tuple[str, ...]] = {
     "ACPCTL_QUEUE_MODE": ("queue_mode",),
     "ACPCTL_MAX_RUNNING_TURNS": ("limits", "max_running_turns"),
     "ACPCTL_MAX_ATTEMPTS": ("limits", "max_attempts"),
+    "ACPCTL_AGENT_NICE": ("limits", "agent_nice"),
     "ACPCTL_TURN_TIMEOUT": ("timeouts", "turn_s"),
     "ACPCTL_CANCEL_GRACE": ("timeouts", "cancel_grace_s"),
     "ACPCTL_PASSIVATE_AFTER": ("timeouts", "passivate_after_s"),

@@ -40,6 +40,9 @@ class Limits(_Strict):
     # session its own process. ``acpctl batch --sessions-per-agent`` and an agent's own
     # ``sessions_per_process`` override it (docs/operations.md, "Shared agent processes").
     sessions_per_agent: int = Field(1, ge=1, le=1024)
+    # Agents and their trees run this many steps nicer than the control plane (0-19): the
+    # control plane keeps its CPU while agents start or build (docs/operations.md).
+    agent_nice: int = Field(10, ge=0, le=19)
 
 
 class Timeouts(_Strict):

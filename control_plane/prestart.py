@@ -26,7 +26,7 @@ def prestart_agent(config: Config, spec: AgentSpec, cwd: str, label: str) -> Pre
     stderr_path = os.path.join(logs, f"{label}-{os.getpid()}.log")
     try:
         os.makedirs(logs, exist_ok=True)
-        return PrestartPool(prestart(spec.command, cwd, env, stderr_path))
+        return PrestartPool(prestart(spec.command, cwd, env, stderr_path, config.limits.agent_nice))
     except OSError as exc:
         log.info("agent not started ahead: %s", exc)
         return PrestartPool()

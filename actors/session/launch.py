@@ -50,4 +50,5 @@ def launch_agent(
         fs_limits=settings.fs_limits,
         stderr_max_bytes=settings.agent_log_max_bytes,
         secret_values=settings.agent_profiles.secret_values(agent.name, settings.env_passthrough),
+        nice=settings.agent_nice,
     )

@@ -55,12 +55,12 @@ class Prestarted:
 
 
 def prestart(
-    command: tuple[str, ...], cwd: str, env: Mapping[str, str], stderr_path: str
+    command: tuple[str, ...], cwd: str, env: Mapping[str, str], stderr_path: str, nice: int = 0
 ) -> Prestarted:
-    """Spawn ``command`` under the reaper with pipes for stdin and stdout, stderr appended to
-    ``stderr_path``. ``OSError`` when it cannot be run."""
+    """Spawn ``command`` under the reaper (``nice`` steps nicer) with pipes for stdin and
+    stdout, stderr appended to ``stderr_path``. ``OSError`` when it cannot be run."""
     os.makedirs(os.path.dirname(stderr_path) or ".", exist_ok=True)
-    argv = under_reaper(command, env, cwd)
+    argv = under_reaper(command, env, cwd, nice)
     # "ab" (O_APPEND): the adopting connection caps this log by truncating it under the
     # agent (protocol/agent/stderr_log.py), which needs every write to go to the current end.
     with open(stderr_path, "ab") as stderr:

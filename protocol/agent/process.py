@@ -36,7 +36,7 @@ def agent_transport(
     # truncate the file under the agent (stderr_log.py).
     stderr = stack.enter_context(open(launch.stderr_path, "ab"))  # noqa: SIM115
     try:
-        argv = under_reaper(launch.command, launch.env, launch.cwd)
+        argv = under_reaper(launch.command, launch.env, launch.cwd, launch.nice)
     except OSError as exc:
         raise AgentStartFailed(f"cannot run {launch.command[0]!r}: {exc}") from exc
     transport: Transport = spawn_stdio_transport(

@@ -15,7 +15,9 @@ the control plane starts ``python reaper.py --parent-pid PID -- CMD ARGS...`` (s
 * ignores SIGINT, SIGQUIT, SIGTSTP and SIGHUP (a terminal's Ctrl-C is the control plane's
   business), and starts CMD in a process group of its own (pgid = agent pid), so the
   terminal's signals never reach the agent either; the agent gets ``PR_SET_PDEATHSIG=SIGKILL``
-  relative to the reaper, in case the reaper itself is SIGKILLed;
+  relative to the reaper, in case the reaper itself is SIGKILLed; with ``--nice N`` the agent
+  (and so its whole tree) runs N steps nicer than the control plane, which stays responsive
+  while agents start or run builds (the reaper itself keeps the control plane's priority);
 * hands stdin, stdout and stderr to the agent unchanged and points its own stdin and stdout
   at /dev/null (it never writes to stdout; diagnostics, only on real problems, go to stderr
   prefixed with ``acp-reaper:``);
@@ -81,22 +83,40 @@ _BOOT = (
 )
 _PREFIX = b"acp-reaper: "
 _IGNORED = (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGHUP)
-_USAGE = "usage: reaper.py [--parent-pid PID] [--term-grace SECONDS] -- CMD [ARGS...]"
+_USAGE = "usage: reaper.py [--parent-pid PID] [--term-grace SECONDS] [--nice N] -- CMD [ARGS...]"
 
 
 # -- the parent side -------------------------------------------------------------------------------
 
 
 def reaper_argv(
-    argv: tuple[str, ...], *, parent_pid: int, python: str = sys.executable, term_grace: float = 0
+    argv: tuple[str, ...],
+    *,
+    parent_pid: int,
+    python: str = sys.executable,
+    term_grace: float = 0,
+    nice: int = 0,
 ) -> tuple[str, ...]:
     """The command line that runs ``argv`` under the reaper, for a control plane whose pid is
-    ``parent_pid`` (spawning from a thread that stays alive). Not on Linux: ``argv`` itself
-    (no reaper, no parent-death signal)."""
+    ``parent_pid`` (spawning from a thread that stays alive), the agent ``nice`` steps nicer.
+    Not on Linux: ``argv`` itself (no reaper, no parent-death signal, no niceness)."""
     if not sys.platform.startswith("linux"):
         return argv
     grace = ("--term-grace", repr(float(term_grace))) if term_grace else ()
-    return (python, "-I", "-S", "-c", _BOOT, "--parent-pid", str(parent_pid), *grace, "--", *argv)
+    niceness = ("--nice", str(int(nice))) if nice else ()
+    return (
+        python,
+        "-I",
+        "-S",
+        "-c",
+        _BOOT,
+        "--parent-pid",
+        str(parent_pid),
+        *grace,
+        *niceness,
+        "--",
+        *argv,
+    )
 
 
 # -- the reaper process --------------------------------------------------------------------
@@ -201,9 +221,10 @@ class _Reaper:
                 return 128 + signal.SIGTERM if exited is None else _exit_code(exited)
 
 
-def _parse(args: list[str]) -> tuple[int | None, float, list[str]]:
+def _parse(args: list[str]) -> tuple[int | None, float, int, list[str]]:
     parent: int | None = None
     grace = 0.0
+    nice = 0
     i = 0
     while i < len(args) and args[i] != "--":
         opt, _, value = args[i].partition("=")
@@ -216,13 +237,17 @@ def _parse(args: list[str]) -> tuple[int | None, float, list[str]]:
             parent = int(value)
         elif opt == "--term-grace":
             grace = float(value)
+        elif opt == "--nice":
+            nice = int(value)
+            if not 0 <= nice <= 19:
+                raise ValueError(f"--nice {nice}: from 0 (as the control plane) to 19")
         else:
             raise ValueError(f"unknown option {opt!r}")
         i += 1
     command = args[i + 1 :]
     if not command:
         raise ValueError("no command")
-    return parent, grace, command
+    return parent, grace, nice, command
 
 
 def _spawn(
@@ -230,6 +255,7 @@ def _spawn(
     libc: ctypes.CDLL,
     inherited_ignored: set[signal.Signals],
     mask: set[int | signal.Signals],
+    nice: int,
 ) -> int:
     me = os.getpid()
     env = dict(os.environ)
@@ -248,6 +274,8 @@ def _spawn(
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores these two
             signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            if nice:
+                os.nice(nice)
             os.execvpe(command[0], command, env)
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
@@ -271,7 +299,7 @@ def _quiet_stdio() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        expected, grace, command = _parse(sys.argv[1:] if argv is None else argv)
+        expected, grace, nice, command = _parse(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:
         _warn(f"{exc}\n{_USAGE}")
         return 2
@@ -290,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.getppid() != parent:
         _warn(f"parent {parent} is gone (parent is {os.getppid()}); not starting {command[0]!r}")
         return 1
-    agent = _spawn(command, libc, inherited_ignored, mask)
+    agent = _spawn(command, libc, inherited_ignored, mask, nice)
     _quiet_stdio()
     return _Reaper(agent, parent, watched).run(grace)
 

@@ -53,8 +53,11 @@ def agent_environment(
     return env
 
 
-def under_reaper(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> tuple[str, ...]:
-    """The command line that runs ``argv`` under the reaper of this process. Spawn it from a
+def under_reaper(
+    argv: tuple[str, ...], env: Mapping[str, str], cwd: str, nice: int = 0
+) -> tuple[str, ...]:
+    """The command line that runs ``argv`` under the reaper of this process, ``nice`` steps
+    nicer than the control plane (``RuntimeSettings.agent_nice``). Spawn it from a
     thread that lives as long as the agent (the protocol loop): the reaper's parent-death
     signal follows the spawning thread. ``FileNotFoundError`` when the program is not found
     on the agent's PATH (the reaper would only report it as exit code 127)."""
@@ -65,4 +68,4 @@ def under_reaper(argv: tuple[str, ...], env: Mapping[str, str], cwd: str) -> tup
             raise FileNotFoundError(f"{program!r} is not an executable file")
     elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
         raise FileNotFoundError(f"{program!r} is not on the agent's PATH")
-    return reaper_argv(argv, parent_pid=os.getpid())
+    return reaper_argv(argv, parent_pid=os.getpid(), nice=nice)

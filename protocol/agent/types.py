@@ -63,6 +63,8 @@ class AgentLaunch:
     # Values of ``env`` that are secrets (configured values, passed-through keys): replaced
     # by *** in whatever is kept of the agent's stderr (an exit's tail, an error message).
     secret_values: tuple[str, ...] = field(default=(), repr=False)
+    # How many steps nicer than the control plane the agent's tree runs (0-19).
+    nice: int = 0
 
 
 @dataclass(frozen=True)
