@@ -85,6 +85,11 @@ def test_kill_9_of_serve_during_a_tool_call(real_agent: RealAgent, tmp_path: Pat
             assert found, (turn.done() and turn.result(), update_kinds(client.updates))
             seen_at = time.monotonic()
             assert client.permission_requests, "serve must ask the client before the command"
+            # The agent's tool command runs at the default limits.agent_nice (10 steps nicer
+            # than serve); the reaper keeps serve's priority.
+            reaper_pid = int(found[1].split(".")[0])
+            assert os.getpriority(os.PRIO_PROCESS, found[0]) == min(19, os.nice(0) + 10)
+            assert os.getpriority(os.PRIO_PROCESS, reaper_pid) == os.nice(0)
             os.kill(proc.pid, signal.SIGKILL)
             gone, elapsed, left = await asyncio.to_thread(gone_within, found[1], 1.0)
             assert gone, f"agent tree still alive {elapsed:.2f}s after kill -9: {left}"
