@@ -107,8 +107,12 @@ class FrameRouter:
         if trailing is None:
             return
         deadline = time.monotonic() + REPLAY_SETTLE_MAX_S
-        while (now := time.monotonic()) < min(trailing.last + REPLAY_QUIET_S, deadline):
-            await asyncio.sleep(min(trailing.last + REPLAY_QUIET_S, deadline) - now)
+        while True:  # ``trailing.last`` moves on while a replayed frame arrives meanwhile
+            wake_at = min(trailing.last + REPLAY_QUIET_S, deadline)
+            now = time.monotonic()
+            if now >= wake_at:
+                break
+            await asyncio.sleep(wake_at - now)
         if self._trailing.pop(key, None) is not None and trailing.dropped:
             log.info(
                 "dropped %d session/load replay frames the agent sent after its answer",
