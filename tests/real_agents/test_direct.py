@@ -4,8 +4,6 @@ against the scripted stand-in model server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +11,7 @@ from acp import RequestError
 
 from .client import RecordingClient, agent_connection, message_text, update_kinds
 from .conftest import RealAgent
+from .cp_helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,12 +24,6 @@ async def _prompt(conn, session_id: str, text: str, timeout: float = 90):
     return await asyncio.wait_for(
         conn.prompt(session_id=session_id, prompt=[text_block(text)]), timeout
     )
-
-
-async def _until(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
 
 
 def test_say_streams_message_chunks(real_agent: RealAgent) -> None:
@@ -129,7 +122,9 @@ def test_load_session_in_new_process_replays_history(real_agent: RealAgent) -> N
             if real_agent.name == "gemini":
                 # Gemini CLI 0.61.0 answers session/load and streams the replay after it (its
                 # loadSession starts streamHistory without awaiting it): give it the time.
-                await _until(lambda: "remember me" in message_text(second.updates), 10)
+                await asyncio.to_thread(
+                    wait_for, lambda: "remember me" in message_text(second.updates), 10
+                )
             replayed = list(second.updates)
             second.clear()
             resp = await _prompt(conn, new.session_id, "SAY still here")
