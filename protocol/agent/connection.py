@@ -153,8 +153,8 @@ class AgentConnection(SessionRequests):
             self._host.router.bind(value, self._recorder)
             self._host.client.bind(value, self.client)
 
-    def _replaying(self, on: bool) -> None:
-        self.host.router.replaying(self._recorder, on)
+    def _replaying(self, on: bool, loaded: bool = True) -> None:
+        self.host.router.replaying(self._recorder, on, loaded)
 
     def _joined(self, host: AgentHost, running: bool) -> None:
         """On ``host`` (``running``: it was running already; else this session starts it)."""

@@ -90,13 +90,16 @@ class FrameRouter:
         self._replaying.discard(id(recorder))
         self._trailing.pop(id(recorder), None)
 
-    def replaying(self, recorder: Recorder, on: bool) -> None:
-        """The session's ``session/load`` was sent (``on``) or answered (off: what may still
-        trail of its replay is dropped until the next prompt)."""
+    def replaying(self, recorder: Recorder, on: bool, loaded: bool = True) -> None:
+        """The session's ``session/load`` was sent (``on``) or answered (off). After a
+        successful answer (``loaded``), what may still trail of its replay is dropped until the
+        next prompt; after an error there is no replay to trail, and the session goes on as a
+        new one without waiting."""
         if on:
             self._replaying.add(id(recorder))
-        else:
-            self._replaying.discard(id(recorder))
+            return
+        self._replaying.discard(id(recorder))
+        if loaded:
             self._trailing[id(recorder)] = _Trailing(time.monotonic())
 
     async def replay_settled(self, recorder: Recorder) -> None:

@@ -44,8 +44,9 @@ class SessionRequests:
     def acp_session_id(self, value: str | None) -> None:
         raise NotImplementedError
 
-    def _replaying(self, on: bool) -> None:
-        """While a session/load replays: its updates are not recorded (the log has them)."""
+    def _replaying(self, on: bool, loaded: bool = True) -> None:
+        """While a session/load replays: its updates are not recorded (the log has them).
+        ``loaded`` (when off): the load succeeded, so a replay may still trail its answer."""
         raise NotImplementedError
 
     def _require_conn(self) -> ClientSideConnection:
@@ -119,6 +120,7 @@ class SessionRequests:
                 # recognised (and dropped) as the replay, not held for a session to come.
                 self.acp_session_id = acp_session_id
                 self._replaying(True)
+                loaded = False
                 try:
                     response = await self._session_request(
                         AGENT_METHODS["session_load"],
@@ -129,8 +131,9 @@ class SessionRequests:
                             additional_directories=extra,
                         ),
                     )
+                    loaded = True
                 finally:
-                    self._replaying(False)
+                    self._replaying(False, loaded)
                 return SessionOpened(acp_session_id, "loaded", response)
         except AgentProtocolError as exc:
             if exc.agent_error is None:

@@ -88,3 +88,20 @@ def test_a_session_that_never_loaded_prompts_without_waiting() -> None:
     assert time.monotonic() - started < frame_router.REPLAY_QUIET_S
     router.updates([_frame("agent_message_chunk")])
     assert recorder.kinds == ["agent_message_chunk"]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_failed_load_leaves_no_window_for_the_new_session(shared: bool) -> None:
+    """The agent refused the load (the session goes on as a new one): nothing of a replay can
+    trail, so its first prompt neither waits nor loses its updates."""
+    router = FrameRouter(shared)
+    recorder = ListRecorder()
+    router.attach(recorder)
+    router.bind("s1", recorder)
+    router.replaying(recorder, True)
+    router.replaying(recorder, False, loaded=False)
+    router.updates([_frame("agent_message_chunk")])
+    assert recorder.kinds == ["agent_message_chunk"]
+    started = time.monotonic()
+    asyncio.run(router.replay_settled(recorder))
+    assert time.monotonic() - started < frame_router.REPLAY_QUIET_S
