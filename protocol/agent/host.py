@@ -164,8 +164,8 @@ class AgentHost:
         tapped = asyncio.StreamReader(limit=1024 * 1024)
         self.tap.hook(reader, tapped)
         watcher = asyncio.create_task(self._watch(process), name="acp-process-watch")
-        capper = asyncio.create_task(stderr_log.watch(), name="acp-stderr-cap")
-        self._stack.push_async_callback(_cancel_tasks, watcher, capper)
+        stderr_log.watch()
+        self._stack.push_async_callback(_cancel_tasks, watcher)
         # Duck-typed on purpose (see protocol/agent/client.py), hence not an ``acp.Client`` subtype.
         self._conn = connect_to_agent(
             self.client,  # type: ignore[arg-type]

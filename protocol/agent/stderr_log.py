@@ -20,9 +20,12 @@ bounded at about ``2 * max_bytes`` plus what the agent writes within one check i
 live file (``max_bytes`` plus that) and, during a cut, the old ``.1`` and the new one being
 written (``<log>.1.tmp``, half the cap each).
 
-A connection checks the size with one ``fstat`` every ``CHECK_INTERVAL_S`` on the protocol
-loop, cuts on a worker thread of its own (a cut copies up to half the cap: not on the loop),
-and checks once more when it closes (``StderrLog``).
+Every live connection's log is checked by one thread of the process (``_Watcher``): one
+``fstat`` per log every ``CHECK_INTERVAL_S``, and a cut, when one is due, on that thread (a
+cut copies up to half the cap). Not on the protocol loop: the agent writes to the file
+directly, so a check that waits for a loop busy with every session's frames (or stalled)
+lets the file grow unbounded meanwhile, which CI saw (a 20 MiB burst went through whole). A
+connection checks once more when it closes (``StderrLog.aclose``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 log = logging.getLogger(__name__)
@@ -43,8 +47,8 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 CHECK_INTERVAL_S = 1.0
 _COPY_CHUNK = 1024 * 1024
 _CATCH_UP_ROUNDS = 4
-# Cuts of every connection's log, one at a time: the loop's default executor also parks
-# blocking waits (protocol/loop.py), which must not hold a cut back.
+# A closing connection's last check: the loop's default executor also parks blocking waits
+# (protocol/loop.py), which must not hold a cut back.
 _CUTTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stderr-log-cut")
 
 
@@ -151,7 +155,7 @@ class StderrLog:
         return self._fd is not None
 
     def over(self) -> bool:
-        """Whether the log is past its cap (one ``fstat``: cheap enough for the loop)."""
+        """Whether the log is past its cap (one ``fstat``)."""
         fd = self._fd
         if fd is None:
             return False
@@ -178,18 +182,56 @@ class StderrLog:
         if fd is not None:
             os.close(fd)
 
-    async def watch(self) -> None:
-        """Check every ``CHECK_INTERVAL_S`` until cancelled; a cut runs off the loop."""
-        if self._fd is None:
-            return
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(CHECK_INTERVAL_S)
-            if self.over():
-                await loop.run_in_executor(_CUTTER, self.check)
+    def watch(self) -> None:
+        """Checked from now on every ``CHECK_INTERVAL_S`` by the process's watcher thread,
+        until ``aclose``."""
+        if self._fd is not None:
+            _WATCHER.add(self)
 
     async def aclose(self) -> None:
-        """A last check, then the descriptor closed. Both run on the cutter thread, after any
-        cut under way, and finish there even if this is cancelled."""
+        """A last check, then the descriptor closed. Both run on the cutter thread (a cut the
+        watcher has under way finishes first: ``check`` holds the lock), and finish there
+        even if this is cancelled."""
+        _WATCHER.remove(self)
         if self._fd is not None:
             await asyncio.get_running_loop().run_in_executor(_CUTTER, self._final)
+
+
+class _Watcher:
+    """The thread that checks every watched log, started with the first one and ended when
+    none is left (so a process with no agent has no such thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._logs: set[StderrLog] = set()
+        self._running = False
+
+    def add(self, stderr_log: StderrLog) -> None:
+        with self._lock:
+            self._logs.add(stderr_log)
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="stderr-log-watch", daemon=True).start()
+
+    def remove(self, stderr_log: StderrLog) -> None:
+        with self._lock:
+            self._logs.discard(stderr_log)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(CHECK_INTERVAL_S)  # read each round: tests shorten it
+            with self._lock:
+                if not self._logs:
+                    self._running = False
+                    return
+                watched = list(self._logs)
+            for stderr_log in watched:
+                try:
+                    if stderr_log.over():
+                        stderr_log.check()
+                except Exception:  # one log's trouble must not end the watch of the others
+                    log.exception("checking agent stderr log %s", stderr_log.path)
+
+
+_WATCHER = _Watcher()

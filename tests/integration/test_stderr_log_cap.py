@@ -187,9 +187,9 @@ def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path, d
         assert reply["maxWriteMs"] < 1000  # a file write never waits on a reader
         # Bounded: the live file past the cap by what came within a check, the old .1 and
         # the new one being written; without the cap, 20 MiB. "Within a check" is time: on a
-        # loaded 2-core machine the loop's check can wait for a CPU while the agent writes on
-        # (CI under four test workers saw 5.5 MiB, and once 19 MiB at a 4 ms pace), hence the
-        # slack and the pace, still far below 20 MiB.
+        # loaded 2-core machine a check can wait for a CPU while the agent writes on (CI under
+        # four test workers saw 5.5 MiB, and once 19 MiB at a 4 ms pace while the checks still
+        # ran on the protocol loop), hence the slack and the pace, still far below 20 MiB.
         assert peak < 2 * CAP + 8 * 1024 * 1024, peak
         # The same process answers again: it was neither blocked nor killed.
         second = cp.wait(cp.prompt(spawned.session.id, "1024 0 second").id, 30)
@@ -202,6 +202,49 @@ def test_a_chatty_agent_in_a_control_plane_keeps_a_bounded_log(tmp_path: Path, d
     assert tail_lines(str(log), 1) == ["stderr-agent second END"]
     assert b"stderr-agent first END\n" in older + live
     assert b"stderr-agent first line %08d " % (total // 1024 - 1) in older + live
+
+
+@pytest.mark.usefixtures("fast_checks")
+def test_the_cap_holds_while_the_protocol_loop_is_stalled(
+    harness: AgentHarness, tmp_path: Path
+) -> None:
+    """The checks run on a thread of their own, not on the protocol loop: a loop held up for
+    seconds (busy with every session's frames, or blocked) leaves the log capped meanwhile."""
+    log = tmp_path / "agent.log"
+    launch = AgentLaunch(
+        command=AGENT,
+        cwd=str(harness.workdir),
+        env=agent_environment({}),
+        stderr_path=str(log),
+        shutdown_timeout_s=1.0,
+        stderr_max_bytes=CAP,
+    )
+    conn = AgentConnection(launch, harness.recorder, PermissionBroker(PermissionPolicy()))
+    harness.connections.append(conn)
+    harness.run(conn.start())
+
+    async def stall() -> float:
+        started = time.monotonic()
+        time.sleep(4.0)  # the loop's own thread, blocked
+        return time.monotonic() - started
+
+    stalled = harness.loop.submit(stall())
+    writer, stop = _writer(tmp_path, log)  # appends to the agent's log meanwhile
+    sampler = Sampler(log)
+    try:
+        assert stalled.result(20) >= 4.0
+    finally:
+        stop.touch()
+        writer.wait(10)
+    peak = sampler.stop()
+    done = tail_lines(str(log), 1)[0]
+    written = sum(len(b"line %d\n" % n) for n in range(int(done.split()[1])))
+    bound = 2 * CAP + 1024 * 1024
+    # Uncapped through the stall the file would pass the bound (the writer makes 4-5 MiB in
+    # 4 s on a busy 2-core machine, about 6 MiB when it is quiet).
+    assert written > 2 * bound
+    assert peak < bound, (peak, written)
+    assert conn.alive
 
 
 @pytest.mark.usefixtures("fast_checks")
