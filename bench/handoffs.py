@@ -18,18 +18,26 @@ folded, so that ``ThreadPoolExecutor-0_3`` and ``ThreadPoolExecutor-0_1`` add up
 
 The counting wrappers cost about a microsecond per hand-off, so the timed side of the bench
 runs serve without them; this is only for the count.
+
+The same endpoint gives each thread's CPU (``acpctl_bench_thread_cpu_seconds_total``, read
+at every scrape from Linux's ``/proc/self/task/<id>/schedstat``, in nanoseconds, and the
+kernel's share from ``stat``, in clock ticks), labelled with the Python thread's name (digits
+folded): where the process's CPU per turn goes, thread by thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import re
 import sys
 import threading
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 HANDOFFS = Counter(
     "acpctl_bench_thread_handoffs_total",
@@ -62,6 +70,56 @@ class _CountingSimpleQueue(queue.SimpleQueue):  # type: ignore[type-arg]
         self.put(item, False)
 
 
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+def _thread_cpu(native_id: int) -> tuple[float, float] | None:
+    """(CPU seconds on the thread, of which in the kernel) from /proc; None where there is
+    no /proc (not Linux) or the thread is gone."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as fh:
+            on_cpu = int(fh.read().split()[0]) / 1e9
+        with open(f"/proc/self/task/{native_id}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return on_cpu, int(fields[12]) * _TICK_S  # fields 14 and 15 of stat(5): utime, stime
+
+
+class _ThreadCpu(Collector):
+    """Every live thread's CPU so far, summed by its name with digits folded."""
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "acpctl_bench_thread_cpu_seconds",
+            "CPU seconds of the process's threads by name (bench/handoffs.py); mode all or system.",
+            labels=["thread", "mode"],
+        )
+        totals: dict[str, list[float]] = {}
+        for thread in threading.enumerate():
+            cpu = None if thread.native_id is None else _thread_cpu(thread.native_id)
+            if cpu is not None:
+                total = totals.setdefault(_DIGITS.sub("N", thread.name), [0.0, 0.0])
+                total[0] += cpu[0]
+                total[1] += cpu[1]
+        for name, (on_cpu, system) in sorted(totals.items()):
+            family.add_metric([name, "all"], on_cpu)
+            family.add_metric([name, "system"], system)
+        yield family
+
+
+def parse_cpu(metrics_text: str) -> dict[tuple[str, str], float]:
+    """``{(thread, mode): CPU seconds}`` out of a Prometheus text exposition."""
+    seconds: dict[tuple[str, str], float] = {}
+    pattern = re.compile(r"^acpctl_bench_thread_cpu_seconds_total\{([^}]*)\} (\S+)$")
+    for line in metrics_text.splitlines():
+        if match := pattern.match(line):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', match[1]))  # in any order
+            seconds[(labels["thread"], labels["mode"])] = float(match[2])
+    return seconds
+
+
 def install() -> None:
     """Count from now on (call before the code under test creates its queues and loops)."""
     queue.SimpleQueue = _CountingSimpleQueue  # type: ignore[misc]
@@ -82,6 +140,7 @@ def install() -> None:
         notify(self, n)
 
     threading.Condition.notify = counted_notify  # type: ignore[method-assign]
+    REGISTRY.register(_ThreadCpu())
 
 
 def parse(metrics_text: str) -> dict[tuple[str, str], float]:

@@ -93,7 +93,7 @@ TARGET_RATIO = 1.3
 # Start to session ready (process start, initialize, session/new answered), serve / direct.
 READY_TARGET_RATIO = 1.2
 DEFAULT_READY_ROUNDS = 7
-HANDOFF_TURNS = 10
+HANDOFF_TURNS = 40  # also the CPU by thread: /proc counts the kernel share in 10 ms ticks
 START_TIMEOUT_S = 120.0
 TURN_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 1800.0
@@ -374,7 +374,7 @@ async def count_handoffs(workdir: str, turns: int, warmup: int, chunks: int) -> 
         after = await asyncio.to_thread(scrape, port)
     if before is None or after is None:
         return {}
-    from bench.handoffs import parse
+    from bench.handoffs import parse, parse_cpu
 
     start, end = parse(before), parse(after)
     per_turn = {
@@ -383,7 +383,21 @@ async def count_handoffs(workdir: str, turns: int, warmup: int, chunks: int) -> 
         if not any(name in thread for name in SCRAPE_THREADS)
     }
     per_turn = {k: v for k, v in sorted(per_turn.items(), key=lambda kv: -kv[1]) if v > 0}
-    return {"turns": turns, "per_turn": sum(per_turn.values()), "breakdown": per_turn}
+    cpu_start, cpu_end = parse_cpu(before), parse_cpu(after)
+    cpu_ms: dict[str, dict[str, float]] = {}
+    for (thread, mode), seconds in cpu_end.items():
+        if not any(name in thread for name in SCRAPE_THREADS):
+            spent = (seconds - cpu_start.get((thread, mode), 0.0)) * 1000 / turns
+            cpu_ms.setdefault(thread, {})[mode] = spent
+    threads_cpu = {
+        thread: ms for thread, ms in sorted(cpu_ms.items(), key=lambda kv: -kv[1].get("all", 0))
+    }
+    return {
+        "turns": turns,
+        "per_turn": sum(per_turn.values()),
+        "breakdown": per_turn,
+        "cpu_ms_per_turn_by_thread": threads_cpu,
+    }
 
 
 async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name: str) -> float:
@@ -663,6 +677,16 @@ def print_report(report: dict[str, Any]) -> None:
         for label, count in handoffs["breakdown"].items():
             if count >= 0.5:
                 print(f"  {count:7.1f}  {label}")
+        by_thread = handoffs.get("cpu_ms_per_turn_by_thread")
+        if by_thread:
+            total = sum(ms.get("all", 0.0) for ms in by_thread.values())
+            print(
+                f"serve's CPU per turn by thread (same {handoffs['turns']} counted turns, "
+                f"/proc): {total:.2f} ms"
+            )
+            for thread, ms in by_thread.items():
+                if ms.get("all", 0.0) >= 0.05:
+                    print(f"  {ms['all']:7.2f} ms  {thread} (kernel {ms.get('system', 0.0):.2f})")
     target = turns["target"]
     verdict = "MET" if target["met"] else "NOT MET"
     print(
