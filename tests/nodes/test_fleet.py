@@ -191,7 +191,13 @@ def test_a_node_stopped_past_its_lease_writes_nothing_and_stops_its_agents(
         # between (a gap or a repeat would show), and the epoch is b's, not a's.
         _events_are_whole(fleet.db, sid)
         assert cp.get(sid).last_event_seq >= events_at_takeover
-        assert "stopping all 1 sessions here" in first.log_text()  # its fence, not a crash
+        # Its fence, not a crash. The fence may find the actor gone already: woken, a's actor
+        # can try to record the agent's next frames first, meet b's epoch and stop itself
+        # ("taken over by another process"), so the fence stops 1 session or 0.
+        log = first.log_text()
+        assert "stopping all 1 sessions here" in log or (
+            "stopping all 0 sessions here" in log and "taken over by another process" in log
+        ), log
         assert first.proc.poll() is None, "a lives on, as a node without these sessions"
 
 
