@@ -189,7 +189,11 @@ def child_times(session_id: str, events: Iterable[EventRecord]) -> ChildTimes:
             times.agent_started = at
         elif event.kind == "prompt" and times.prompt is None:
             times.prompt = at
-        elif event.kind == "session_update" and times.first_update is None:
+        elif (
+            event.kind == "session_update"
+            and event.command_id is not None  # the turn's, not the agent's slash commands
+            and times.first_update is None
+        ):
             times.first_update = at
         elif event.kind in ("turn_ended", "turn_failed") and times.turn_ended is None:
             times.turn_ended = at
