@@ -163,6 +163,22 @@ def test_tail_lines_right_after_a_cut_reads_the_end_of_the_older_part(tmp_path: 
     assert tail_lines(str(tmp_path / "missing.log")) == []
 
 
+def _started_agent(harness: AgentHarness, log: Path, max_bytes: int | None) -> AgentConnection:
+    """The stderr agent, started with ``log`` as its stderr log capped at ``max_bytes``."""
+    launch = AgentLaunch(
+        command=AGENT,
+        cwd=str(harness.workdir),
+        env=agent_environment({}),
+        stderr_path=str(log),
+        shutdown_timeout_s=1.0,
+        stderr_max_bytes=max_bytes,
+    )
+    conn = AgentConnection(launch, harness.recorder, PermissionBroker(PermissionPolicy()))
+    harness.connections.append(conn)
+    harness.run(conn.start())
+    return conn
+
+
 @pytest.fixture
 def fast_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stderr_log, "CHECK_INTERVAL_S", 0.05)
@@ -211,17 +227,7 @@ def test_the_cap_holds_while_the_protocol_loop_is_stalled(
     """The checks run on a thread of their own, not on the protocol loop: a loop held up for
     seconds (busy with every session's frames, or blocked) leaves the log capped meanwhile."""
     log = tmp_path / "agent.log"
-    launch = AgentLaunch(
-        command=AGENT,
-        cwd=str(harness.workdir),
-        env=agent_environment({}),
-        stderr_path=str(log),
-        shutdown_timeout_s=1.0,
-        stderr_max_bytes=CAP,
-    )
-    conn = AgentConnection(launch, harness.recorder, PermissionBroker(PermissionPolicy()))
-    harness.connections.append(conn)
-    harness.run(conn.start())
+    conn = _started_agent(harness, log, CAP)
 
     async def stall() -> float:
         started = time.monotonic()
@@ -288,17 +294,7 @@ def test_no_cap_and_devnull_leave_the_log_alone(harness: AgentHarness, tmp_path:
     assert not stderr_log.StderrLog(os.devnull, CAP).active
     log = tmp_path / "big.log"
     log.write_bytes(b"x\n" * CAP)
-    launch = AgentLaunch(
-        command=AGENT,
-        cwd=str(harness.workdir),
-        env=agent_environment({}),
-        stderr_path=str(log),
-        shutdown_timeout_s=1.0,
-        stderr_max_bytes=None,
-    )
-    conn = AgentConnection(launch, harness.recorder, PermissionBroker(PermissionPolicy()))
-    harness.connections.append(conn)
-    harness.run(conn.start())
+    conn = _started_agent(harness, log, None)
     time.sleep(0.3)  # several check intervals
     harness.run(conn.stop())
     assert log.stat().st_size == 2 * CAP
