@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO_ROOT not in sys.path:
+if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not the package
     sys.path.insert(0, _REPO_ROOT)
 
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402

@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO_ROOT not in sys.path:
+if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not the package
     sys.path.insert(0, _REPO_ROOT)
 
 from actors.settings import RuntimeSettings  # noqa: E402

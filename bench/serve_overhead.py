@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO_ROOT not in sys.path:
+if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not the package
     sys.path.insert(0, _REPO_ROOT)
 
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO_ROOT not in sys.path:
+if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not the package
     sys.path.insert(0, _REPO_ROOT)
 
 from bench._common import (  # noqa: E402
