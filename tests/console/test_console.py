@@ -171,10 +171,11 @@ async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
     tool = await page.wait_for_selector(".tool.completed")
     assert "echo-tool" in await tool.inner_text()
     assert "tool output: planned work" in await tool.inner_text()
+    # The example agent sends the plan after the tool call: read it once the turn has ended.
+    await page.wait_for_selector(".stop:text('end_turn')")
     plan = await page.query_selector_all(".plan li")
     assert [await li.inner_text() for li in plan] == ["Read the message", "Echo the message"]
     assert await page.get_attribute(".plan li:first-child", "class") == "completed"
-    await page.wait_for_selector(".stop:text('end_turn')")
     # The transcript export downloads the session as JSONL.
     async with page.expect_download() as download_info:
         await page.click("#export")
