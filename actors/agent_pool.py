@@ -45,6 +45,7 @@ def launch_key(launch: AgentLaunch) -> LaunchKey:
         launch.fs,
         launch.terminals_enabled,
         launch.max_frame_bytes,
+        launch.read_coalesce_s,
         launch.shutdown_timeout_s,
         launch.stderr_max_bytes,
     )

@@ -155,6 +155,7 @@ def _runtime_side(
     workdir: str,
     recorder: StoreRecorder | NullRecorder,
     blocks: list[dict[str, Any]],
+    read_coalesce_s: float,
 ) -> Side:
     launch = AgentLaunch(
         command=EXAMPLE,
@@ -162,6 +163,7 @@ def _runtime_side(
         env=_agent_env(workdir, name),
         stderr_path=os.path.join(workdir, f"{name}.stderr.log"),
         shutdown_timeout_s=1.0,
+        read_coalesce_s=read_coalesce_s,
     )
     conn = AgentConnection(launch, recorder, PermissionBroker(PermissionPolicy(Decision.ALLOW)))
     loop.call(conn.start(), CALL_TIMEOUT_S)
@@ -219,6 +221,7 @@ def measure(
     chunks: int,
     with_null: bool,
     synchronous: Synchronous = Synchronous.FULL,
+    read_coalesce_s: float = RuntimeSettings().read_coalesce_s,
 ) -> dict[str, Any]:
     text = f"#chunks={chunks}"
     blocks = [{"type": "text", "text": text}]
@@ -232,14 +235,15 @@ def measure(
         # The session actors' own setting: the least time between two writes of output.
         recorder = StoreRecorder(store, session_id, loop, RuntimeSettings().record_interval_s)
         progress("starting agents (one process per side, ~1.5 s each)")
-        sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks))
+        sides.append(_runtime_side(RUNTIME, loop, workdir, recorder, blocks, read_coalesce_s))
         quiet_id = store.spawn(spec, workdir, None, None, None).session.id
         quiet = StoreRecorder(store, quiet_id, loop, RuntimeSettings().record_interval_s)
-        sides.append(_runtime_side(NO_METRICS, loop, workdir, quiet, blocks))
+        sides.append(_runtime_side(NO_METRICS, loop, workdir, quiet, blocks, read_coalesce_s))
         sides[-1].around = _metrics_off
         sides.append(_plain_side(loop, workdir, text))
         if with_null:
-            sides.append(_runtime_side(NULL, loop, workdir, NullRecorder(), blocks))
+            null = NullRecorder()
+            sides.append(_runtime_side(NULL, loop, workdir, null, blocks, read_coalesce_s))
         for side in sides:
             for _ in range(warmup):
                 with side.around():
@@ -310,7 +314,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"ACP overhead: one '#chunks={cfg['chunks']}' turn of the example agent "
         f"({cfg['chunks'] + 1} session/update frames)\n"
         f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved; "
-        f"store synchronous={cfg['synchronous']}\n"
+        f"store synchronous={cfg['synchronous']}, read_coalesce_ms={cfg['read_coalesce_ms']:g}\n"
         f"Python {mach['python']}, SQLite {mach['sqlite']}, {mach['cpus']} CPUs, "
         f"{mach['platform']}"
     )
@@ -356,6 +360,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "shows how much of the overhead is fsync)",
     )
     parser.add_argument(
+        "--read-coalesce-ms",
+        type=float,
+        default=RuntimeSettings().read_coalesce_s * 1000,
+        help="the runtime's read_coalesce_ms (default: the product's; 0 reads every write "
+        "of the agent at once)",
+    )
+    parser.add_argument(
         "--dir", default=None, help="where to create the temporary directory (default /tmp)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
@@ -370,7 +381,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="acp-overhead-bench-", dir=args.dir)
     try:
         raw = measure(
-            workdir, args.turns, args.warmup, args.chunks, not args.no_null, args.synchronous
+            workdir,
+            args.turns,
+            args.warmup,
+            args.chunks,
+            not args.no_null,
+            args.synchronous,
+            args.read_coalesce_ms / 1000.0,
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -381,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "dir": workdir,
         "null_side": not args.no_null,
         "synchronous": args.synchronous.value,
+        "read_coalesce_ms": args.read_coalesce_ms,
     }
     report = summarise(raw, config)
     if args.json:

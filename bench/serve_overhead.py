@@ -264,9 +264,23 @@ def commits_so_far(port: int) -> float | None:
     return None
 
 
-async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
-    text = f"#chunks={chunks} #stamp"
+def serve_env(workdir: str, read_coalesce_ms: float | None) -> dict[str, str]:
+    """The environment of the measured serve processes: no user configuration, and
+    ``[limits] read_coalesce_ms`` when the command line sets it (an A/B of that setting)."""
     env = child_env(workdir)
+    if read_coalesce_ms is not None:
+        config = os.path.join(workdir, "serve-limits.toml")
+        with open(config, "w", encoding="utf-8") as fh:
+            fh.write(f"[limits]\nread_coalesce_ms = {read_coalesce_ms}\n")
+        env["ACPCTL_CONFIG"] = config
+    return env
+
+
+async def measure_turns(
+    workdir: str, turns: int, warmup: int, chunks: int, read_coalesce_ms: float | None = None
+) -> dict[str, Any]:
+    text = f"#chunks={chunks} #stamp"
+    env = serve_env(workdir, read_coalesce_ms)
     backend = shlex.join(example_agent_argv(os.path.join(workdir, "serve-agent-state.json")))
     metrics_port = free_port()
     serve_argv = acpctl_argv(
@@ -341,11 +355,13 @@ async def measure_turns(workdir: str, turns: int, warmup: int, chunks: int) -> d
 SCRAPE_THREADS = ("process_request_thread", "serve_forever")
 
 
-async def count_handoffs(workdir: str, turns: int, warmup: int, chunks: int) -> dict[str, Any]:
+async def count_handoffs(
+    workdir: str, turns: int, warmup: int, chunks: int, read_coalesce_ms: float | None = None
+) -> dict[str, Any]:
     """Thread hand-offs per turn inside serve, counted (``bench/handoffs.py``): a second serve
     process, untimed, with every hand-off primitive counted, ``turns`` turns like the timed
     ones. Returns the total per turn and the breakdown by primitive and posting thread."""
-    env = child_env(workdir)
+    env = serve_env(workdir, read_coalesce_ms)
     backend = shlex.join(example_agent_argv(os.path.join(workdir, "counted-agent-state.json")))
     port = free_port()
     argv = [
@@ -613,9 +629,12 @@ def measure_batch(parent: str, jobs: list[int], tasks: int) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     cfg, mach = report["config"], report["machine"]
+    configured = cfg.get("read_coalesce_ms")
+    coalesce = "the default" if configured is None else f"{configured:g}"
     print(
         f"acpctl serve overhead: one '#chunks={cfg['chunks']}' turn of the example agent\n"
-        f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved\n"
+        f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved; "
+        f"serve's read_coalesce_ms: {coalesce}\n"
         f"Python {mach['python']}, SQLite {mach['sqlite']}, {mach['cpus']} CPUs, "
         f"{mach['platform']}"
     )
@@ -738,6 +757,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-batch", action="store_true", help="measure only the turns")
     parser.add_argument(
+        "--read-coalesce-ms",
+        type=float,
+        default=None,
+        help="serve's [limits] read_coalesce_ms for the turns (default: the product's, 1; "
+        "0 reads every write of the agent at once)",
+    )
+    parser.add_argument(
         "--real-agent",
         choices=("claude", "codex", "gemini"),
         default=None,
@@ -765,8 +791,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="acp-serve-bench-", dir=args.dir)
     try:
         ready = asyncio.run(measure_ready(workdir, args.ready_rounds, args.real_agent))
-        raw_turns = asyncio.run(measure_turns(workdir, args.turns, args.warmup, args.chunks))
-        handoffs = asyncio.run(count_handoffs(workdir, HANDOFF_TURNS, args.warmup, args.chunks))
+        raw_turns = asyncio.run(
+            measure_turns(workdir, args.turns, args.warmup, args.chunks, args.read_coalesce_ms)
+        )
+        handoffs = asyncio.run(
+            count_handoffs(workdir, HANDOFF_TURNS, args.warmup, args.chunks, args.read_coalesce_ms)
+        )
         batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -778,6 +808,7 @@ def main(argv: list[str] | None = None) -> int:
             "tasks": args.tasks,
             "jobs": args.jobs,
             "skip_batch": args.skip_batch,
+            "read_coalesce_ms": args.read_coalesce_ms,
             "dir": workdir,
         },
         "machine": machine_info(),

@@ -165,6 +165,7 @@ class Config(_Strict):
         values: dict[str, Any] = {
             "max_running_turns": self.limits.max_running_turns,
             "record_interval_s": self.limits.record_interval_ms / 1000.0,
+            "read_coalesce_s": self.limits.read_coalesce_ms / 1000.0,
             "turn_timeout_s": self.timeouts.turn_s,
             "cancel_grace_s": self.timeouts.cancel_grace_s,
             "passivate_after_s": self.timeouts.passivate_after_s,

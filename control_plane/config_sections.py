@@ -28,6 +28,9 @@ class Limits(_Strict):
     max_attempts: int = Field(3, ge=1, le=100)
     # Least time between two writes of one session's agent output (see actors/session/recorder.py).
     record_interval_ms: float = Field(4.0, ge=0, le=1000)
+    # After an agent's read of nothing but updates, its stdout is left unread this long
+    # (see protocol/agent/tap.py); 0 reads every write at once.
+    read_coalesce_ms: float = Field(1.0, ge=0, le=100)
     # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
     fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)
     # Live agent processes kept by one control plane: beyond it the least recently used

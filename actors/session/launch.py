@@ -44,6 +44,7 @@ def launch_agent(
         stderr_path=os.path.join(settings.log_dir, f"{log_name}.stderr.log"),
         additional_directories=tuple(str(d) for d in additional_directories),
         max_frame_bytes=settings.max_frame_bytes,
+        read_coalesce_s=settings.read_coalesce_s,
         shutdown_timeout_s=settings.agent_shutdown_timeout_s,
         terminals_enabled=terminals,
         fs=profile.fs,

@@ -105,6 +105,10 @@ class StoreRecorder:
         # Called with each session/update frame as it passes (on the loop), after it is
         # handed over: the session's budget watch (costs) and turn trace (tool calls).
         self.watchers: list[Callable[[dict[str, Any]], None]] = []
+        # Reads what the agent wrote that the loop has not read yet (the raw tap's ``pull``,
+        # set by the connection while attached): called before a write the recorder starts
+        # on its own, so that updates waiting in the pipe go with it.
+        self.pull: Callable[[], None] | None = None
 
     # -- Recorder protocol (on the protocol loop) -----------------------------------------
 
@@ -233,6 +237,8 @@ class StoreRecorder:
         """The interval's (or a retry's) timer."""
         if self._state is not RecorderState.ARMED:
             return  # a flush or write_after went first; its completion takes the rest
+        if self.pull is not None:
+            self.pull()
         if not (self._buffer or self._after):
             self._to(RecorderEvent.TIMER_EMPTY)
             return
@@ -307,6 +313,8 @@ class StoreRecorder:
         self._flushes = [w for w in self._flushes if w[0] > self._durable]
         for _, waiter in done:  # flushes that came while the write was in flight
             waiter.set_result(None)
+        if self.pull is not None:
+            self.pull()
         wait = self._interval_left()
         if wait > 0 and self._buffer and not (self._after or self._flushes or self._urgent):
             # Updates that came in during the write wait out the interval too (nobody is

@@ -32,6 +32,7 @@ from protocol.agent.tap import RawTap
 from protocol.agent.terminals import TerminalManager
 from protocol.agent.types import (
     AgentLaunch,
+    Pulling,
     Recorder,
     TurnResult,
 )
@@ -163,6 +164,8 @@ class AgentConnection(SessionRequests):
         self._attach(host)
 
     def _attach(self, host: AgentHost) -> None:
+        if isinstance(self._recorder, Pulling):
+            self._recorder.pull = host.tap.pull
         host.router.attach(self._recorder)
         host.client.attach(self.client)
         host.exit_listeners.append(self._exited)
@@ -174,6 +177,8 @@ class AgentConnection(SessionRequests):
         self._left = True
         host.tap.hand_over()  # what this session's agent wrote so far is recorded first
         host.router.detach(self._recorder)
+        if isinstance(self._recorder, Pulling):
+            self._recorder.pull = None
         host.client.detach(self.client)
         if self._exited in host.exit_listeners:
             host.exit_listeners.remove(self._exited)

@@ -7,12 +7,26 @@ frame over ``max_frame_bytes`` or a line that is not a JSON object ends the tap 
 reported through ``on_bad_frame`` (the connection records an ``agent_protocol_error`` and
 stops the agent). Everything else reaches the SDK unchanged. Runs on the protocol loop,
 inside the pipe's ``data_received``: it never raises there.
+
+**Reads in step with the stream.** An agent streams a turn one small write per update, and
+the protocol loop, faster than the agent, would wake for each: one wake-up (a poll, a read,
+the transport's callbacks) per update cost more of the loop than the update itself. After a
+read that held nothing but ``session/update`` frames, the tap stops reading the pipe for
+``coalesce_s`` (``RuntimeSettings.read_coalesce_s``, default 1 ms); what the agent writes
+meanwhile waits in the pipe and comes in with the next read. Those updates lose nothing by
+it: the recorder holds a session's output for ``record_interval_s`` (4 ms) between writes
+anyway. A read with anything else in it (an answer, a request of the agent's) never pauses,
+so what comes after it is read at once; a frame arriving during a pause waits at most
+``coalesce_s``. And when a session's recorder is about to write on its own (its interval is
+over, or a write ended and it goes on with what is pending), it first ``pull``s what the pipe
+holds: updates the agent wrote during a pause go with that write instead of missing it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,14 +35,27 @@ from protocol.agent.types import Recorder
 
 log = logging.getLogger(__name__)
 
+PULL_BYTES = 256 * 1024  # what the pipe transport reads at once (asyncio's max_size)
+
 
 class RawTap:
     def __init__(
-        self, recorder: Recorder, max_frame_bytes: int, on_bad_frame: Callable[[str], None]
+        self,
+        recorder: Recorder,
+        max_frame_bytes: int,
+        on_bad_frame: Callable[[str], None],
+        coalesce_s: float = 0.0,
     ) -> None:
         self._recorder = recorder
         self._max_frame_bytes = max_frame_bytes
         self._on_bad_frame = on_bad_frame
+        self._coalesce_s = coalesce_s
+        # The agent's stdout pipe, paused for ``coalesce_s`` after an updates-only read.
+        self._transport: asyncio.ReadTransport | None = None
+        self._paused = False
+        self._sink: asyncio.StreamReader | None = None
+        self._passed = False  # the read being tapped gave the SDK a frame
+        self.pauses = 0  # how often reading paused (tests and benches count them)
         self._pending = bytearray()  # the partial line
         # session/update frames of the read being tapped, handed over at its end
         self._read_updates: list[tuple[str, dict[str, Any]]] = []
@@ -41,6 +68,7 @@ class RawTap:
         ``feed_eof`` and ``set_exception`` are replaced on this one reader object only;
         nothing reads ``source`` any more (the SDK reads ``sink``), so it never buffers."""
         original_eof, original_exception = source.feed_eof, source.set_exception
+        self._sink = sink
 
         def feed_eof() -> None:
             self._end(sink)
@@ -53,6 +81,10 @@ class RawTap:
         def feed_data(data: bytes) -> None:
             self._chunk(data, sink)
 
+        if self._coalesce_s > 0:
+            transport = getattr(source, "_transport", None)
+            if isinstance(transport, asyncio.ReadTransport):
+                self._transport = transport
         source.feed_data = feed_data  # type: ignore[method-assign,assignment]
         source.feed_eof = feed_eof  # type: ignore[method-assign]
         source.set_exception = set_exception  # type: ignore[method-assign]
@@ -86,11 +118,51 @@ class RawTap:
             if len(pending) > limit:
                 self._on_bad_frame(f"agent sent a frame over {limit} bytes")
                 self._close(sink)
+                return
+            if self._read_updates and not self._passed:
+                self._pause()
+            self._passed = False
             self.hand_over()
         except Exception as exc:  # runs inside the pipe's data_received: never raise there
             log.exception("the raw tap failed")
             self._on_bad_frame(f"the raw tap failed: {exc}")
             self._close(sink)
+
+    def _pause(self) -> None:
+        """Leave the pipe unread for ``coalesce_s``: the agent's next updates come in one read."""
+        transport = self._transport
+        if transport is None or self._paused or transport.is_closing():
+            return
+        self._paused = True
+        self.pauses += 1
+        transport.pause_reading()
+        asyncio.get_running_loop().call_later(self._coalesce_s, self._resume)
+
+    def pull(self) -> None:
+        """Read now what the agent wrote during a pause (on the loop, before a recorder's
+        own write): the pipe's file descriptor is non-blocking, and reading it behind the
+        paused transport keeps wire order, since every read of it runs on this loop. Nothing
+        is read while not paused: the transport reads then, as soon as data comes."""
+        transport, sink = self._transport, self._sink
+        if not self._paused or self._done or transport is None or sink is None:
+            return
+        pipe = transport.get_extra_info("pipe")
+        if pipe is None:
+            return
+        try:
+            data = os.read(pipe.fileno(), PULL_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return  # nothing written since the pause
+        except (OSError, ValueError):
+            return  # the transport's own read meets it (an error, a closed pipe) and ends
+        if data:  # b"": the end of the pipe, which the transport reads once resumed
+            self._chunk(data, sink)
+
+    def _resume(self) -> None:
+        self._paused = False
+        transport = self._transport
+        if transport is not None and not self._done and not transport.is_closing():
+            transport.resume_reading()
 
     def _end(self, sink: asyncio.StreamReader) -> None:
         """The agent's stdout ended: a last line without a newline still counts."""
@@ -124,6 +196,7 @@ class RawTap:
             return False
         if b'"session/update"' in stripped and self._take_update(stripped):
             return True
+        self._passed = True
         sink.feed_data(stripped + b"\n")
         return True
 

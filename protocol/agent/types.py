@@ -3,9 +3,9 @@ how its process is launched (``AgentLaunch``), what a turn and a session restore
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from protocol.agent.client import FsLimits
 from protocol.agent.stderr_log import DEFAULT_MAX_BYTES
@@ -30,6 +30,15 @@ class Recorder(Protocol):
     def flush(self) -> Awaitable[None]: ...
 
 
+@runtime_checkable
+class Pulling(Protocol):
+    """A recorder that reads ahead before a write of its own: it calls ``pull`` (the raw
+    tap's, set while its session is attached to an agent process) so that what the agent
+    wrote but the loop has not read yet goes with that write."""
+
+    pull: Callable[[], None] | None
+
+
 class NullRecorder:
     """A ``Recorder`` that keeps nothing: a connection whose output is not recorded (serve's
     probe of the backend's capabilities; the runtime benchmark without the store)."""
@@ -52,6 +61,9 @@ class AgentLaunch:
     stderr_path: str
     additional_directories: tuple[str, ...] = ()
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # After a read of nothing but session/update frames, the agent's stdout is left unread
+    # this long, so a streamed turn is read a burst at a time (protocol/agent/tap.py); 0: never.
+    read_coalesce_s: float = 0.0
     shutdown_timeout_s: float = 2.0
     terminals_enabled: bool = False
     # Advertise fs/* to the agent (off for agents that cannot create files through it).
