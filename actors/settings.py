@@ -83,10 +83,11 @@ class RuntimeSettings:
     # meanwhile are committed together (one fsync, one wake-up of each watcher). Adds at most
     # this much to when an update is durable and forwarded; never delays a turn's outcome.
     record_interval_s: float = 0.004
-    # After a read of an agent's stdout that held only session/update frames, the next read
-    # waits this long (protocol/agent/tap.py): a streamed turn is read a burst at a time, not
-    # one wake-up of the protocol loop per update. Below record_interval_s, so no update is
-    # durable later for it; an answer or request of the agent's waits at most this long.
+    # While a session's recorder holds its output anyway (a write in flight, the interval's
+    # timer armed), a read of its agent's stdout that held only session/update frames leaves
+    # the pipe unread until the recorder's next event, at most this long (protocol/agent/
+    # tap.py): a streamed turn is read a burst at a time, not one wake-up of the protocol loop
+    # per update. An answer or request of the agent's waits at most this long.
     read_coalesce_s: float = 0.001
     agent_shutdown_timeout_s: float = 2.0
     # Agents' fs/read_text_file and fs/write_text_file: the most bytes and the longest time.

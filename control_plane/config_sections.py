@@ -28,8 +28,8 @@ class Limits(_Strict):
     max_attempts: int = Field(3, ge=1, le=100)
     # Least time between two writes of one session's agent output (see actors/session/recorder.py).
     record_interval_ms: float = Field(4.0, ge=0, le=1000)
-    # After an agent's read of nothing but updates, its stdout is left unread this long
-    # (see protocol/agent/tap.py); 0 reads every write at once.
+    # The most an agent's stdout is left unread while its session's output waits (see
+    # protocol/agent/tap.py); 0 reads every write at once.
     read_coalesce_ms: float = Field(1.0, ge=0, le=100)
     # The most an agent's fs/read_text_file returns or fs/write_text_file writes.
     fs_max_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024**3)

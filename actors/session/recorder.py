@@ -106,8 +106,9 @@ class StoreRecorder:
         # handed over: the session's budget watch (costs) and turn trace (tool calls).
         self.watchers: list[Callable[[dict[str, Any]], None]] = []
         # Reads what the agent wrote that the loop has not read yet (the raw tap's ``pull``,
-        # set by the connection while attached): called before a write the recorder starts
-        # on its own, so that updates waiting in the pipe go with it.
+        # set by the connection while attached): the tap leaves the pipe unread while the
+        # recorder is ``holding``, and its next event (a write's end, the interval's timer)
+        # reads it before deciding what comes next.
         self.pull: Callable[[], None] | None = None
 
     # -- Recorder protocol (on the protocol loop) -----------------------------------------
@@ -142,6 +143,12 @@ class StoreRecorder:
     @property
     def state(self) -> RecorderState:
         return self._state
+
+    @property
+    def holding(self) -> bool:
+        """Updates handed over now wait for an event of the recorder's own: a write in
+        flight, or the interval's timer (on the loop). Both pull when they come."""
+        return self._state is RecorderState.IN_FLIGHT or self._state is RecorderState.ARMED
 
     def take_text(self) -> str:
         """The running turn's message text so far (and start the next turn's)."""

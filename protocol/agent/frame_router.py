@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.agent.types import Recorder
+from protocol.agent.types import Pulling, Recorder
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,13 @@ class FrameRouter:
                 run = self._after_replay(recorder, run)
             if run:
                 recorder.updates(run)
+
+    def holding(self) -> bool:
+        """Every attached session's recorder holds what it is handed now until an event of
+        its own (the raw tap's cue to pause reading)."""
+        return bool(self._sessions) and all(
+            isinstance(r, Pulling) and r.holding for r in self._sessions
+        )
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         for recorder in list(self._sessions):

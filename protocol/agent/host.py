@@ -76,7 +76,13 @@ class AgentHost:
         self._agent_pgid: int | None = None
         self.failure: AgentProtocolError | None = None
         self.stopping = False
-        self.tap = RawTap(self.router, launch.max_frame_bytes, self._fail, launch.read_coalesce_s)
+        self.tap = RawTap(
+            self.router,
+            launch.max_frame_bytes,
+            self._fail,
+            launch.read_coalesce_s,
+            self.router.holding,
+        )
         self._exited = asyncio.Event()
         self.init: InitializeResponse | None = None
         # Called with the exit code when the process ends unexpectedly: one per session.

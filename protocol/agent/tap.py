@@ -8,18 +8,16 @@ reported through ``on_bad_frame`` (the connection records an ``agent_protocol_er
 stops the agent). Everything else reaches the SDK unchanged. Runs on the protocol loop,
 inside the pipe's ``data_received``: it never raises there.
 
-**Reads in step with the stream.** An agent streams a turn one small write per update, and
-the protocol loop, faster than the agent, would wake for each: one wake-up (a poll, a read,
-the transport's callbacks) per update cost more of the loop than the update itself. After a
-read that held nothing but ``session/update`` frames, the tap stops reading the pipe for
-``coalesce_s`` (``RuntimeSettings.read_coalesce_s``, default 1 ms); what the agent writes
-meanwhile waits in the pipe and comes in with the next read. Those updates lose nothing by
-it: the recorder holds a session's output for ``record_interval_s`` (4 ms) between writes
-anyway. A read with anything else in it (an answer, a request of the agent's) never pauses,
-so what comes after it is read at once; a frame arriving during a pause waits at most
-``coalesce_s``. And when a session's recorder is about to write on its own (its interval is
-over, or a write ended and it goes on with what is pending), it first ``pull``s what the pipe
-holds: updates the agent wrote during a pause go with that write instead of missing it.
+**Reads in step with the recorder.** An agent streams a turn one small write per update,
+and the protocol loop, faster than the agent, would wake for each: one wake-up (a poll, a
+read, the transport's callbacks) per update cost more of the loop than the update itself.
+After a read that held nothing but ``session/update`` frames, while the session's recorder
+is ``holding`` (a write in flight, or its interval's timer armed: updates handed over now
+would wait for one of those anyway), the tap stops reading the pipe; what the agent writes
+meanwhile waits there. The recorder's next event (the write's end, the timer) ``pull``s it:
+one read of everything that came, and reading goes on. A pause lasts at most ``coalesce_s``
+(``RuntimeSettings.read_coalesce_s``, default 1 ms), which bounds what an answer or a request
+of the agent's arriving in it waits; a read with one in it never pauses.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ class RawTap:
         max_frame_bytes: int,
         on_bad_frame: Callable[[str], None],
         coalesce_s: float = 0.0,
+        holding: Callable[[], bool] = lambda: True,
     ) -> None:
         self._recorder = recorder
         self._max_frame_bytes = max_frame_bytes
@@ -52,9 +51,11 @@ class RawTap:
         self._coalesce_s = coalesce_s
         # The agent's stdout pipe, paused for ``coalesce_s`` after an updates-only read.
         self._transport: asyncio.ReadTransport | None = None
-        self._paused = False
+        self._holding = holding  # the recorders hold what is read now (worth pausing for)
+        self._paused: asyncio.TimerHandle | None = None  # the pause's end, while paused
         self._sink: asyncio.StreamReader | None = None
         self._passed = False  # the read being tapped gave the SDK a frame
+        self._pulling = False
         self.pauses = 0  # how often reading paused (tests and benches count them)
         self._pending = bytearray()  # the partial line
         # session/update frames of the read being tapped, handed over at its end
@@ -119,33 +120,37 @@ class RawTap:
                 self._on_bad_frame(f"agent sent a frame over {limit} bytes")
                 self._close(sink)
                 return
-            if self._read_updates and not self._passed:
-                self._pause()
+            updates_only = bool(self._read_updates) and not self._passed
             self._passed = False
             self.hand_over()
+            if updates_only and not self._pulling and self._holding():
+                self._pause()
         except Exception as exc:  # runs inside the pipe's data_received: never raise there
             log.exception("the raw tap failed")
             self._on_bad_frame(f"the raw tap failed: {exc}")
             self._close(sink)
 
     def _pause(self) -> None:
-        """Leave the pipe unread for ``coalesce_s``: the agent's next updates come in one read."""
+        """Leave the pipe unread until the recorder's next event (``pull``), at most
+        ``coalesce_s``: the agent's next updates come in one read."""
         transport = self._transport
-        if transport is None or self._paused or transport.is_closing():
+        if transport is None or self._paused is not None or transport.is_closing():
             return
-        self._paused = True
         self.pauses += 1
         transport.pause_reading()
-        asyncio.get_running_loop().call_later(self._coalesce_s, self._resume)
+        self._paused = asyncio.get_running_loop().call_later(self._coalesce_s, self._resume)
 
     def pull(self) -> None:
-        """Read now what the agent wrote during a pause (on the loop, before a recorder's
-        own write): the pipe's file descriptor is non-blocking, and reading it behind the
-        paused transport keeps wire order, since every read of it runs on this loop. Nothing
-        is read while not paused: the transport reads then, as soon as data comes."""
+        """A recorder's write ended or its timer fired: read now what the agent wrote
+        during the pause, and end it (on the loop). The pipe's file descriptor is
+        non-blocking, and reading it behind the paused transport keeps wire order, since
+        every read of it runs on this loop. Nothing happens while not paused: the transport
+        reads as soon as data comes."""
         transport, sink = self._transport, self._sink
-        if not self._paused or self._done or transport is None or sink is None:
+        if self._paused is None or self._done or transport is None or sink is None:
             return
+        self._paused.cancel()
+        self._resume()
         pipe = transport.get_extra_info("pipe")
         if pipe is None:
             return
@@ -156,10 +161,15 @@ class RawTap:
         except (OSError, ValueError):
             return  # the transport's own read meets it (an error, a closed pipe) and ends
         if data:  # b"": the end of the pipe, which the transport reads once resumed
-            self._chunk(data, sink)
+            # The recorder has not moved on from the event that pulled: no new pause for it.
+            self._pulling = True
+            try:
+                self._chunk(data, sink)
+            finally:
+                self._pulling = False
 
     def _resume(self) -> None:
-        self._paused = False
+        self._paused = None
         transport = self._transport
         if transport is not None and not self._done and not transport.is_closing():
             transport.resume_reading()

@@ -32,11 +32,15 @@ class Recorder(Protocol):
 
 @runtime_checkable
 class Pulling(Protocol):
-    """A recorder that reads ahead before a write of its own: it calls ``pull`` (the raw
-    tap's, set while its session is attached to an agent process) so that what the agent
-    wrote but the loop has not read yet goes with that write."""
+    """A recorder the raw tap reads in step with: while it is ``holding`` (a write in
+    flight, or its interval's timer armed), the tap may leave the agent's pipe unread, and
+    the recorder's next event calls ``pull`` (the tap's, set while its session is attached
+    to an agent process) to read it."""
 
     pull: Callable[[], None] | None
+
+    @property
+    def holding(self) -> bool: ...
 
 
 class NullRecorder:
@@ -61,8 +65,8 @@ class AgentLaunch:
     stderr_path: str
     additional_directories: tuple[str, ...] = ()
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    # After a read of nothing but session/update frames, the agent's stdout is left unread
-    # this long, so a streamed turn is read a burst at a time (protocol/agent/tap.py); 0: never.
+    # The most the agent's stdout is left unread while its sessions' output waits, so a
+    # streamed turn is read a burst at a time (protocol/agent/tap.py); 0: never paused.
     read_coalesce_s: float = 0.0
     shutdown_timeout_s: float = 2.0
     terminals_enabled: bool = False

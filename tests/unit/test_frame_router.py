@@ -105,3 +105,28 @@ def test_a_failed_load_leaves_no_window_for_the_new_session(shared: bool) -> Non
     started = time.monotonic()
     asyncio.run(router.replay_settled(recorder))
     assert time.monotonic() - started < frame_router.REPLAY_QUIET_S
+
+
+class HoldingRecorder(ListRecorder):
+    """A recorder the tap reads in step with (``Pulling``): ``holding`` as set."""
+
+    def __init__(self, holding: bool) -> None:
+        super().__init__()
+        self.holding = holding
+        self.pull: Any = None
+
+
+def test_the_router_holds_only_while_every_session_s_recorder_holds() -> None:
+    """The raw tap pauses reading only when nothing it could read would be written sooner:
+    a session whose recorder would write at once, or one that is not ``Pulling``, says no."""
+    router = FrameRouter(shared=True)
+    assert not router.holding()  # no session at all
+    busy, idle = HoldingRecorder(True), HoldingRecorder(False)
+    router.attach(busy)
+    assert router.holding()
+    router.attach(idle)
+    assert not router.holding()
+    idle.holding = True
+    assert router.holding()
+    router.attach(ListRecorder())  # not Pulling: never paused for
+    assert not router.holding()

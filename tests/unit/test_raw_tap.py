@@ -136,9 +136,11 @@ class PipeTransport(asyncio.ReadTransport):
         return self.closing
 
 
-def _tapped(coalesce_s: float) -> tuple[RawTap, ListRecorder, asyncio.StreamReader, PipeTransport]:
+def _tapped(
+    coalesce_s: float, holding: bool = True
+) -> tuple[RawTap, ListRecorder, asyncio.StreamReader, PipeTransport]:
     recorder = ListRecorder()
-    tap = RawTap(recorder, 1 << 20, lambda _: None, coalesce_s)
+    tap = RawTap(recorder, 1 << 20, lambda _: None, coalesce_s, lambda: holding)
     source, sink = asyncio.StreamReader(), asyncio.StreamReader()
     pipe = PipeTransport()
     source.set_transport(pipe)
@@ -146,21 +148,33 @@ def _tapped(coalesce_s: float) -> tuple[RawTap, ListRecorder, asyncio.StreamRead
     return tap, recorder, source, pipe
 
 
-def test_a_read_of_updates_only_leaves_the_pipe_unread_for_the_window() -> None:
+def test_updates_read_while_the_recorder_holds_leave_the_pipe_unread_at_most_the_cap() -> None:
     async def run() -> tuple[list[str], list[str], ListRecorder, int]:
         tap, recorder, source, pipe = _tapped(0.02)
         source.feed_data(b"\n".join([_update(0), _update(1), b""]))
         right_after = list(pipe.log)
         source.feed_data(_update(2) + b"\n")  # already buffered data of the same pause
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # no write ended (no pull): the cap ends the pause
         return right_after, pipe.log, recorder, tap.pauses
 
     right_after, log, recorder, pauses = asyncio.run(run())
     assert right_after == ["pause"]
-    assert pauses == 1
-    # One pause for both reads (the second came while paused: no second timer), then resumed.
+    assert pauses == 1  # the second read came while paused: no second timer
     assert log == ["pause", "resume"]
     assert [json.loads(f)["params"]["update"]["n"] for f in recorder.frames] == [0, 1, 2]
+
+
+def test_no_pause_when_the_recorder_would_write_at_once() -> None:
+    """Updates the recorder would write at once (it is idle: no write in flight, no
+    interval to wait out) are never held back in the pipe."""
+
+    async def run() -> list[str]:
+        _, recorder, source, pipe = _tapped(0.02, holding=False)
+        source.feed_data(b"\n".join([_update(0), _update(1), b""]))
+        assert len(recorder.frames) == 2
+        return pipe.log
+
+    assert asyncio.run(run()) == []
 
 
 def test_a_read_with_an_answer_or_request_in_it_never_pauses() -> None:
@@ -178,7 +192,7 @@ def test_a_read_with_an_answer_or_request_in_it_never_pauses() -> None:
     assert asyncio.run(run()) == []
 
 
-def test_without_a_window_or_on_a_closing_pipe_reading_never_pauses() -> None:
+def test_without_a_cap_or_on_a_closing_pipe_reading_never_pauses() -> None:
     async def run() -> tuple[list[str], list[str]]:
         _, _, source, off = _tapped(0.0)
         source.feed_data(_update(0) + b"\n")
@@ -193,7 +207,8 @@ def test_without_a_window_or_on_a_closing_pipe_reading_never_pauses() -> None:
 def test_a_streamed_turn_from_a_real_pipe_is_read_a_burst_at_a_time(tmp_path: Path) -> None:
     """A child process writes 200 updates one write each, 0.2 ms apart, like an agent
     streaming a turn. Without a window the loop reads nearly each write on its own; with a
-    5 ms window it reads them in a handful of bursts, and every frame arrives, in order."""
+    5 ms cap (a recorder always holding) it reads them in a handful of bursts, and every frame
+    arrives, in order."""
     writer = tmp_path / "stream.py"
     frames = b"\n".join(_update(i) for i in range(200)).decode()
     writer.write_text(
@@ -226,47 +241,56 @@ def test_a_streamed_turn_from_a_real_pipe_is_read_a_burst_at_a_time(tmp_path: Pa
     assert bursts * 2 < eager, (bursts, eager)
 
 
-def test_pull_reads_what_the_agent_wrote_during_a_pause_at_once() -> None:
-    """A recorder about to write on its own pulls first: the updates waiting in a paused
-    pipe are handed over right then, in order, and an answer among them reaches the SDK."""
+def test_a_pull_reads_what_came_during_the_pause_and_reading_goes_on() -> None:
+    """The recorder's next event pulls: the updates waiting in the paused pipe are handed over
+    right then, in order, an answer among them reaches the SDK, the pause ends (its cap's
+    timer with it), and what the pull read starts no pause of its own."""
     response = b'{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}'
 
-    async def run() -> tuple[list[int], int, list[int], bytes, bool]:
+    async def run() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         read_fd, write_fd = os.pipe()
         recorder = ListRecorder()
-        tap = RawTap(recorder, 1 << 20, lambda _: None, 10.0)  # a pause that outlasts the test
+        tap = RawTap(recorder, 1 << 20, lambda _: None, 0.2, lambda: True)
         source, sink = asyncio.StreamReader(), asyncio.StreamReader()
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(source), os.fdopen(read_fd, "rb", 0)
         )
         tap.hook(source, sink)
+        seen: dict[str, Any] = {}
         try:
             os.write(write_fd, _update(0) + b"\n")
             while not recorder.frames:  # the transport's own read, then the pause
                 await asyncio.sleep(0.001)
-            os.write(write_fd, b"\n".join([_update(1), _update(2), response, b""]))
+            os.write(write_fd, b"\n".join([_update(1), _update(2), b""]))
             await asyncio.sleep(0.05)  # paused: the loop does not read them
-            before = [json.loads(f)["params"]["update"]["n"] for f in recorder.frames]
+            seen["before"] = [json.loads(f)["params"]["update"]["n"] for f in recorder.frames]
             tap.pull()
-            after = [json.loads(f)["params"]["update"]["n"] for f in recorder.frames]
-            answer = await asyncio.wait_for(sink.readline(), 1.0)
-            tap.pull()  # nothing more in the pipe: nothing happens
-            return before, tap.pauses, after, answer, transport.is_closing()
+            seen["after"] = [json.loads(f)["params"]["update"]["n"] for f in recorder.frames]
+            seen["pauses"] = tap.pauses  # the pulled updates started no new pause
+            os.write(write_fd, response + b"\n")  # read by the transport: not paused any more
+            seen["answer"] = await asyncio.wait_for(sink.readline(), 1.0)
+            await asyncio.sleep(0.3)  # past the cap: its timer was cancelled with the pause
+            seen["reading"] = transport.is_reading()
+            tap.pull()  # not paused: nothing happens
+            return seen
         finally:
             os.close(write_fd)
             transport.close()
 
-    before, pauses, after, answer, closing = asyncio.run(run())
-    assert (before, pauses) == ([0], 1)
-    assert after == [0, 1, 2]
-    assert answer == response + b"\n"
-    assert not closing
+    seen = asyncio.run(run())
+    assert seen["before"] == [0]
+    assert seen["after"] == [0, 1, 2]
+    assert seen["pauses"] == 1
+    assert seen["answer"] == response + b"\n"
+    assert seen["reading"]
 
 
-def test_a_recorder_pulls_before_the_writes_it_starts_on_its_own(tmp_path: Path) -> None:
-    """The interval's write and the write chained after one ends both pull first; the
-    connection gives its recorder the tap's pull while attached and takes it back after."""
+def test_the_recorder_pulls_at_its_own_events_before_it_goes_on(tmp_path: Path) -> None:
+    """When a write ends or the interval's timer fires the recorder pulls first, so what
+    the tap left in the pipe goes
+    with the next write, in order; ``holding`` is true while a write is in flight or the
+    interval's timer is armed, and false once the recorder is idle."""
     from actors.session.recorder import StoreRecorder
     from protocol.loop import ProtocolLoop
     from store import AgentSpec, Store
@@ -277,6 +301,7 @@ def test_a_recorder_pulls_before_the_writes_it_starts_on_its_own(tmp_path: Path)
         session_id = store.spawn(AgentSpec("a", ("true",)), str(tmp_path), None, None, None)
         recorder = StoreRecorder(store, session_id.session.id, loop, min_interval_s=0.05)
         pulls: list[int] = []
+        holding: list[bool] = []
 
         def pull() -> None:  # what a tap would hand over from a paused pipe
             pulls.append(len(pulls))
@@ -286,11 +311,13 @@ def test_a_recorder_pulls_before_the_writes_it_starts_on_its_own(tmp_path: Path)
         recorder.pull = pull
 
         async def stream() -> None:
-            # 0 is written at once; 1 and 2 wait for that write, which pulls (9) when it
-            # ends and leaves them to the interval's timer, which pulls again.
+            # 0 is written at once; 1 and 2 wait for that write, whose end pulls (9) and
+            # leaves them to the interval's write, whose end pulls again.
             for i in range(3):
                 recorder.updates([(_update(i).decode(), json.loads(_update(i)))])
+                holding.append(recorder.holding)
             await asyncio.sleep(0.3)
+            holding.append(recorder.holding)
             await recorder.flush()
 
         loop.call(stream(), 10.0)
@@ -302,5 +329,6 @@ def test_a_recorder_pulls_before_the_writes_it_starts_on_its_own(tmp_path: Path)
     finally:
         loop.stop()
         store.close()
-    assert len(pulls) >= 2  # when the first write ended, and before the interval's write
+    assert len(pulls) >= 2  # when the first write ended, and when the interval's ended
+    assert holding == [True, True, True, False]
     assert written == [0, 1, 2, 9]  # what the pull handed over went in order, not lost
