@@ -138,7 +138,7 @@ class RawTap:
             return
         self.pauses += 1
         transport.pause_reading()
-        self._paused = asyncio.get_running_loop().call_later(self._coalesce_s, self._resume)
+        self._paused = asyncio.get_running_loop().call_later(self._coalesce_s, self._end_pause)
 
     def pull(self) -> None:
         """A recorder's write ended or its timer fired: read now what the agent wrote
@@ -147,10 +147,11 @@ class RawTap:
         every read of it runs on this loop. Nothing happens while not paused: the transport
         reads as soon as data comes."""
         transport, sink = self._transport, self._sink
-        if self._paused is None or self._done or transport is None or sink is None:
+        if self._paused is None or transport is None or sink is None:
             return
-        self._paused.cancel()
-        self._resume()
+        self._end_pause()
+        if self._done:
+            return
         pipe = transport.get_extra_info("pipe")
         if pipe is None:
             return
@@ -168,10 +169,16 @@ class RawTap:
             finally:
                 self._pulling = False
 
-    def _resume(self) -> None:
+    def _end_pause(self) -> None:
+        """Read on: at the cap, at a pull, or when the tap ends. A tap that has ended still
+        drains the pipe (it drops what comes): the agent's end of it must be read, or the
+        process could not be waited for (asyncio wakes ``wait()`` once every pipe closed)."""
+        if self._paused is None:
+            return
+        self._paused.cancel()
         self._paused = None
         transport = self._transport
-        if transport is not None and not self._done and not transport.is_closing():
+        if transport is not None and not transport.is_closing():
             transport.resume_reading()
 
     def _end(self, sink: asyncio.StreamReader) -> None:
@@ -191,6 +198,7 @@ class RawTap:
     def _close(self, sink: asyncio.StreamReader) -> None:
         self.hand_over()
         self._done = True
+        self._end_pause()
         self._pending.clear()
         sink.feed_eof()
 

@@ -332,3 +332,41 @@ def test_the_recorder_pulls_at_its_own_events_before_it_goes_on(tmp_path: Path) 
     assert len(pulls) >= 2  # when the first write ended, and when the interval's ended
     assert holding == [True, True, True, False]
     assert written == [0, 1, 2, 9]  # what the pull handed over went in order, not lost
+
+
+def test_a_tap_that_ends_during_a_pause_still_drains_the_pipe() -> None:
+    """A pull that reads a frame over the limit ends the tap: the pause ends with it, so the
+    pipe is read to its end (Python 3.11 wakes a process's ``wait()`` only then)."""
+
+    async def run() -> tuple[list[str], bool, bool]:
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        problems: list[str] = []
+        tap = RawTap(ListRecorder(), 300, problems.append, 10.0, lambda: True)
+        source, sink = asyncio.StreamReader(), asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(source)
+        transport, _ = await loop.connect_read_pipe(lambda: protocol, os.fdopen(read_fd, "rb", 0))
+        tap.hook(source, sink)
+        try:
+            os.write(write_fd, _update(0) + b"\n")
+            while tap.pauses == 0:
+                await asyncio.sleep(0.001)
+            os.write(write_fd, b'{"x":"' + b"y" * 400 + b'"}\n')  # over the 300-byte limit
+            tap.pull()
+            reading = transport.is_reading()
+            os.close(write_fd)  # the agent's end: seen although the tap has ended
+            write_fd = -1
+            await asyncio.wait_for(sink.read(), 1.0)
+            for _ in range(100):
+                if transport.is_closing():
+                    break
+                await asyncio.sleep(0.01)
+            return problems, reading, transport.is_closing()
+        finally:
+            if write_fd != -1:
+                os.close(write_fd)
+            transport.close()
+
+    problems, reading, closed = asyncio.run(run())
+    assert problems == ["agent sent a frame over 300 bytes"]
+    assert reading and closed
