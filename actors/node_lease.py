@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from protocol.os_thread_name import name_this_thread
 from state_machines import ControlPlaneError
 from store import Store
 from store.location import Backend
@@ -86,6 +87,7 @@ class NodeLease:
             log.warning("node %s: giving up the lease failed: %s", self.node.id, exc)
 
     def _run(self) -> None:
+        name_this_thread()
         interval = self.lease_s / 3
         while not self._stop.wait(interval):
             self.renew_once()

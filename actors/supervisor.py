@@ -40,6 +40,7 @@ from actors.session.messages import CancelTurn, CloseSession, Noticed, SlotGrant
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
+from protocol.os_thread_name import name_this_thread
 from state_machines import ControlPlaneError
 from store import CommandRecord, RecoveryReport, Store, ops, queries
 from store.listen import SessionNotifications
@@ -363,6 +364,7 @@ class Supervisor:
                     ref.tell(Wake())  # e.g. a command another process queued for our session
 
     def _sweep(self) -> None:
+        name_this_thread()
         interval = self.settings.sweep_interval_s
         last_discovery = time.monotonic()
         while not self._stopping.wait(interval):

@@ -19,6 +19,8 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from protocol.os_thread_name import name_this_thread
+
 T = TypeVar("T")
 
 
@@ -31,6 +33,7 @@ class ProtocolLoop:
         self._ready.wait()
 
     def _run(self) -> None:
+        name_this_thread()
         asyncio.set_event_loop(self._loop)
         self._loop.call_soon(self._ready.set)
         self._loop.run_forever()

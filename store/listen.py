@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from protocol.os_thread_name import name_this_thread
 from store.location import StoreLocation
 from store.ops._shared import SESSIONS_CHANNEL
 
@@ -51,6 +52,7 @@ class SessionNotifications:
             self._thread.join(5)
 
     def _run(self) -> None:
+        name_this_thread()
         import psycopg
         from sqlalchemy.engine import make_url
 

@@ -40,6 +40,7 @@ from actors.session.recorder import StoreRecorder
 from actors.session.turn_end import TurnEnder
 from actors.session.turn_trace import TurnTrace
 from protocol.agent.connection import AgentConnection
+from protocol.os_thread_name import name_this_thread
 from state_machines import (
     AgentProtocolError,
     AgentStartFailed,
@@ -87,6 +88,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
     # -- lifecycle (actor thread) --------------------------------------------------------
 
     def on_start(self) -> None:
+        name_this_thread()  # pykka's name for it: SessionActor-N
         log_context.bind(self.session_id)  # every line this thread logs names the session
         try:
             self.epoch = self.store.write(

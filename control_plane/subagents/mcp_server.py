@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from control_plane.subagents.wire import SECRET_ENV, call_bridge
+from protocol.os_thread_name import name_this_thread
 
 
 def build_server(socket_path: str, session_id: str, secret: str) -> Any:
@@ -84,6 +85,7 @@ def exit_with_bridge(socket_path: str) -> None:
         sys.exit(1)
 
     def watch() -> None:
+        name_this_thread()
         try:
             while sock.recv(4096):
                 pass

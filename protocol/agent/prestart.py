@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from protocol.agent.spawn import under_reaper
+from protocol.os_thread_name import name_this_thread
 
 
 @dataclass
@@ -108,6 +109,7 @@ class AdoptedProcess:
         threading.Thread(target=self._reap, args=(loop,), name="agent-reap", daemon=True).start()
 
     def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+        name_this_thread()
         self._popen.wait()
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             loop.call_soon_threadsafe(self._exited.set)

@@ -39,6 +39,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from protocol.os_thread_name import name_this_thread
+
 log = logging.getLogger(__name__)
 
 TAIL_BYTES = 8192
@@ -219,6 +221,7 @@ class _Watcher:
             self._logs.discard(stderr_log)
 
     def _run(self) -> None:
+        name_this_thread()
         while True:
             time.sleep(CHECK_INTERVAL_S)  # read each round: tests shorten it
             with self._lock:
