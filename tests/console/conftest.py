@@ -18,7 +18,19 @@ from tests.support.remote_client import ListenServer, running_server
 INSTALL = (
     "install Chromium (apt-get install chromium) and the test extra (pip install -e '.[test]')"
 )
-SCREENSHOTS = Path(__file__).parents[2] / "docs" / "console"
+DOCS_SCREENSHOTS = Path(__file__).parents[2] / "docs" / "console"
+# Set to refresh the screenshots of docs/console.md; a plain run keeps them out of the tree.
+REFRESH = "ACPCTL_REFRESH_SCREENSHOTS"
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the browser tests save their screenshots: docs/console/ under
+    ``ACPCTL_REFRESH_SCREENSHOTS=1``, else a temporary directory (a test run must not
+    rewrite files under version control, and every run did)."""
+    if os.environ.get(REFRESH) == "1":
+        return DOCS_SCREENSHOTS
+    return tmp_path_factory.mktemp("console-screenshots")
 
 
 def chromium_path() -> str | None:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from store.tokens import TokenAccess
-from tests.console.conftest import SCREENSHOTS
 from tests.support.remote_client import ListenServer, make_token, ws_client
 
 pytestmark = pytest.mark.anyio
@@ -56,11 +55,11 @@ async def wait_text(page: Any, pattern: str, timeout: float = 30) -> None:
 
 
 async def test_a_wrong_token_is_refused_and_a_good_one_logs_in(
-    browser: Any, server: ListenServer, tmp_path: Path
+    browser: Any, server: ListenServer, tmp_path: Path, screenshots: Path
 ) -> None:
     page = await browser.new_page(viewport=DESKTOP)
     await page.goto(base_url(server))
-    await page.screenshot(path=str(SCREENSHOTS / "login.png"))
+    await page.screenshot(path=str(screenshots / "login.png"))
     await page.fill("#token", "acpctl_" + "x" * 43)
     await page.click("button[type=submit]")
     await page.wait_for_selector("#login-error:text('refused')")
@@ -68,14 +67,14 @@ async def test_a_wrong_token_is_refused_and_a_good_one_logs_in(
     await page.fill("#token", server.secret)
     await page.click("button[type=submit]")
     await page.wait_for_selector(f"tr[data-session='{sid}']")
-    await page.screenshot(path=str(SCREENSHOTS / "sessions-desktop.png"))
+    await page.screenshot(path=str(screenshots / "sessions-desktop.png"))
     phone = await logged_in(browser, server, server.secret, PHONE)
     await phone.wait_for_selector(f"tr[data-session='{sid}']")
-    await phone.screenshot(path=str(SCREENSHOTS / "sessions-phone.png"))
+    await phone.screenshot(path=str(screenshots / "sessions-phone.png"))
 
 
 async def test_watch_prompt_and_reload_mid_turn_without_a_duplicate(
-    browser: Any, server: ListenServer, tmp_path: Path
+    browser: Any, server: ListenServer, tmp_path: Path, screenshots: Path
 ) -> None:
     sid = await terminal_session(server, tmp_path, "an earlier turn")
     page = await logged_in(browser, server, server.secret, DESKTOP)
@@ -90,11 +89,11 @@ async def test_watch_prompt_and_reload_mid_turn_without_a_duplicate(
     chunks = [int(n) for n in re.findall(r"\bc(\d+)\b", text)]
     assert chunks == list(range(150)), "every chunk once, in order, across the reload"
     assert text.count("an earlier turn") == 2  # the prompt and its echo, once each
-    await page.screenshot(path=str(SCREENSHOTS / "session-desktop.png"), full_page=False)
+    await page.screenshot(path=str(screenshots / "session-desktop.png"), full_page=False)
 
 
 async def test_a_permission_request_resolves_on_both_sides(
-    browser: Any, server: ListenServer, tmp_path: Path
+    browser: Any, server: ListenServer, tmp_path: Path, screenshots: Path
 ) -> None:
     async with ws_client(server.ws_url, server.secret, permission="ignore") as terminal:
         await terminal.initialize()
@@ -107,7 +106,7 @@ async def test_a_permission_request_resolves_on_both_sides(
         await page.keyboard.press("Enter")
         dialog = await page.wait_for_selector("[role=dialog]")
         await wait_text(page, r"#permission #tool from the console")  # shown when sent
-        await page.screenshot(path=str(SCREENSHOTS / "permission-phone.png"))
+        await page.screenshot(path=str(screenshots / "permission-phone.png"))
         await terminal.wait_for(lambda: bool(terminal.permission_requests))
         await (await dialog.query_selector("button[data-kind=allow_once]")).click()
         await wait_text(page, r"permission: allowed")
@@ -138,7 +137,7 @@ async def test_cancel_from_the_console_ends_the_turn(
 
 
 async def test_a_watch_only_token_gets_a_read_only_console(
-    browser: Any, server: ListenServer, tmp_path: Path
+    browser: Any, server: ListenServer, tmp_path: Path, screenshots: Path
 ) -> None:
     watcher = make_token(server.db, "phone", access=TokenAccess.WATCH)
     sid = await terminal_session(server, tmp_path, "visible to the watcher")
@@ -156,7 +155,7 @@ async def test_a_watch_only_token_gets_a_read_only_console(
     # The server is a node of its store: its row shows its lease and load.
     row = await page.wait_for_selector("#nodes tbody tr[data-node]")
     assert row is not None and "live" in await row.inner_text()
-    await page.screenshot(path=str(SCREENSHOTS / "status-desktop.png"))
+    await page.screenshot(path=str(screenshots / "status-desktop.png"))
 
 
 async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
