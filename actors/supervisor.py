@@ -40,7 +40,7 @@ from actors.session.messages import CancelTurn, CloseSession, Noticed, SlotGrant
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
-from protocol.os_thread_name import name_this_thread
+from protocol.os_thread_name import name_this_thread, name_threads
 from state_machines import ControlPlaneError
 from store import CommandRecord, RecoveryReport, Store, ops, queries
 from store.listen import SessionNotifications
@@ -367,8 +367,10 @@ class Supervisor:
         name_this_thread()
         interval = self.settings.sweep_interval_s
         last_discovery = time.monotonic()
+        name_threads()  # the store's threads and the pools' (see protocol/os_thread_name.py)
         while not self._stopping.wait(interval):
             try:
+                name_threads()
                 now = time.monotonic()
                 with self._lock:
                     refs = list(self._actors.items())

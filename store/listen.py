@@ -19,7 +19,6 @@ import logging
 import threading
 from collections.abc import Callable
 
-from protocol.os_thread_name import name_this_thread
 from store.location import StoreLocation
 from store.ops._shared import SESSIONS_CHANNEL
 
@@ -52,7 +51,6 @@ class SessionNotifications:
             self._thread.join(5)
 
     def _run(self) -> None:
-        name_this_thread()
         import psycopg
         from sqlalchemy.engine import make_url
 

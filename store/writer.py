@@ -39,7 +39,6 @@ from store.write_context import Appended, Commit, WriteContext, WriteFn
 
 # Re-exported: the write operations import these from here.
 __all__ = ["Appended", "Commit", "GroupCommitWriter", "WriteContext", "WriteFn"]
-from protocol.os_thread_name import name_this_thread
 from store.retry import retry_on_lock
 
 log = logging.getLogger(__name__)
@@ -169,7 +168,6 @@ class GroupCommitWriter:
     # -- writer thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        name_this_thread()
         with self._engine.connect() as conn:
             # The file exists once the driver is connected (SQLite creates it on open).
             if self._watch_file:
