@@ -49,7 +49,7 @@ class RawTap:
         self._max_frame_bytes = max_frame_bytes
         self._on_bad_frame = on_bad_frame
         self._coalesce_s = coalesce_s
-        # The agent's stdout pipe, paused for ``coalesce_s`` after an updates-only read.
+        # The agent's stdout pipe, paused (at most ``coalesce_s``) while the recorders hold.
         self._transport: asyncio.ReadTransport | None = None
         self._holding = holding  # the recorders hold what is read now (worth pausing for)
         self._paused: asyncio.TimerHandle | None = None  # the pause's end, while paused
