@@ -56,7 +56,7 @@ class RawTap:
         self._sink: asyncio.StreamReader | None = None
         self._passed = False  # the read being tapped gave the SDK a frame
         self._pulling = False
-        self.pauses = 0  # how often reading paused (tests and benches count them)
+        self.pauses = 0  # how often reading paused (the tests count them)
         self._pending = bytearray()  # the partial line
         # session/update frames of the read being tapped, handed over at its end
         self._read_updates: list[tuple[str, dict[str, Any]]] = []
@@ -123,7 +123,9 @@ class RawTap:
             updates_only = bool(self._read_updates) and not self._passed
             self._passed = False
             self.hand_over()
-            if updates_only and not self._pulling and self._holding():
+            # The transport is kept only when pausing is on: no recorder is asked otherwise.
+            pausable = self._transport is not None and not self._pulling
+            if updates_only and pausable and self._holding():
                 self._pause()
         except Exception as exc:  # runs inside the pipe's data_received: never raise there
             log.exception("the raw tap failed")
