@@ -60,8 +60,12 @@ CLAIM_TERMS = (
 )
 # Whether anything is queued, read in the transaction that records a turn's outcome.
 HAS_QUEUED = f"SELECT 1 FROM commands WHERE session_id = ? AND state = '{_QUEUED}' LIMIT 1"
-# Whether a budget stopped the session: checked before every prompt is queued.
-STOPPED_BY = "SELECT stopped_by FROM session_usage WHERE session_id = ?"
+# What queueing a prompt reads first: the session's queue mode, and whether a budget
+# stopped it (no usage row yet: not stopped).
+PROMPT_TERMS = (
+    "SELECT s.queue_mode, u.stopped_by FROM sessions s "
+    "LEFT JOIN session_usage u ON u.session_id = s.id WHERE s.id = ?"
+)
 # What decides which budgets apply to a session, read at every turn's end.
 SESSION_BUDGET_FACTS = "SELECT metadata, parent_id FROM sessions WHERE id = ?"
 INSERT_COMMAND = _insert("commands", COMMAND_COLUMNS)
@@ -73,6 +77,12 @@ CLAIM_NEXT = (
 )
 NEXT_EVENT_SEQ = (
     "UPDATE sessions SET last_event_seq = last_event_seq + ? WHERE id = ? "
+    "RETURNING last_event_seq, state"
+)
+# The same for an owner's write, fenced by its epoch (no row: gone, or a stale epoch): the
+# fence costs no statement of its own.
+NEXT_EVENT_SEQ_FENCED = (
+    "UPDATE sessions SET last_event_seq = last_event_seq + ? WHERE id = ? AND epoch = ? "
     "RETURNING last_event_seq, state"
 )
 _EVENT_COLS = ", ".join(c.name for c in events.columns if c.name != "id")
@@ -175,6 +185,10 @@ def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
         started_at=None if started is None else utc(started),
         finished_at=None if finished is None else utc(finished),
     )
+
+
+def session_exists(raw: RawConnection, session_id: str) -> bool:
+    return raw.execute(SESSION_STATE, (session_id,)).fetchone() is not None
 
 
 def fetch_command(raw: RawConnection, command_id: str) -> tuple[Any, ...] | None:

@@ -266,9 +266,13 @@ class StoreRecorder:
 
         def transaction(ctx: WriteContext) -> list[tuple[bool, Any]]:
             if write.frames:
-                if epoch is not None:
-                    ops.check_epoch(ctx.conn, session_id, epoch)
-                _append(ctx, session_id, write.frames)
+                # Fenced by the append itself (StaleEpoch when the session has a new owner).
+                _append(ctx, session_id, write.frames, epoch)
+            elif len(write.afters) == 1 and not write.flushes:
+                # One caller's write alone (a turn's outcome with no updates left to write):
+                # nothing else in it to keep if it raises, so no savepoint (two statements
+                # on most turns' ends); its error fails this write and reaches it as its own.
+                return [(True, write.afters[0][0](ctx))]
             return [ctx.isolated(fn) for fn, _ in write.afters]
 
         try:
@@ -368,13 +372,13 @@ class StoreRecorder:
             caller.set_exception(exc)
 
 
-def _append(ctx: WriteContext, session_id: str, batch: list[Frame]) -> None:
+def _append(ctx: WriteContext, session_id: str, batch: list[Frame], epoch: int | None) -> None:
     """The frames in order, one ``append_frames`` per run of one command's frames."""
     run: list[tuple[str, str, Any]] = []
     run_command: str | None = batch[0][0]
     for command_id, event in batch:
         if command_id != run_command:
-            ops.append_frames(ctx, session_id, run_command, run)
+            ops.append_frames(ctx, session_id, run_command, run, epoch)
             run, run_command = [], command_id
         run.append(event)
-    ops.append_frames(ctx, session_id, run_command, run)
+    ops.append_frames(ctx, session_id, run_command, run, epoch)

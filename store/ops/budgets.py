@@ -4,7 +4,7 @@ A turn's reported tokens are added in the transaction that records its outcome, 
 budgets are checked there; a ``usage_update`` with a cost is recorded (and checked) while
 the turn runs. A budget with action ``stop`` that is reached marks every session of its
 scope stopped (``session_usage.stopped_by``), cancels their queued prompts and logs a
-``budget_exceeded`` event in each; from then on ``refuse_if_stopped`` refuses their prompts
+``budget_exceeded`` event in each; from then on ``raise_if_stopped`` refuses their prompts
 and new children, across restarts. The caller cancels the running turns it is told about.
 A ``warn`` budget logs one ``budget_warning`` per session and budget.
 """
@@ -21,7 +21,7 @@ from state_machines import SessionState
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
 from store import queries, telemetry
-from store.ops.commands import cancel_queued, refuse_if_stopped
+from store.ops.commands import cancel_queued, raise_if_stopped
 from store.ops.events import append_events
 from store.records import NewEvent
 from store.schema import session_usage
@@ -43,8 +43,8 @@ __all__ = [
     "apply",
     "budgets_of",
     "check",
+    "raise_if_stopped",
     "record_cost",
-    "refuse_if_stopped",
     "stop",
 ]
 

@@ -192,11 +192,15 @@ def submit_prompt(
     """Queue a prompt under a queue mode (the session's own unless ``mode`` is given); returns
     the command and whether the running turn must be told to cancel. A retry (a key seen
     before) returns the first command and cancels nothing, whatever the mode."""
-    effective = mode or QueueMode(queue_mode_of(ctx, session_id))
+    # The queue mode and the budget's stop in one read (both are needed on every prompt).
+    terms = ctx.raw.execute(hot.PROMPT_TERMS, (session_id,)).fetchone()
+    if terms is None:
+        raise SessionNotFound(session_id)
+    effective = mode or QueueMode(terms[0])
     if find_by_key(ctx, session_id, idempotency_key) is not None:
         retried = enqueue(ctx, session_id, CommandKind.PROMPT, payload, idempotency_key)
         return retried.command, False
-    refuse_if_stopped(ctx, session_id)
+    raise_if_stopped(session_id, terms[1])
     if effective is QueueMode.INTERRUPT:
         cancel(ctx, session_id, include_queued=True)
     elif effective is QueueMode.STEER:
@@ -206,14 +210,6 @@ def submit_prompt(
         ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
     ).command
     return command, effective in (QueueMode.STEER, QueueMode.INTERRUPT)
-
-
-def refuse_if_stopped(ctx: WriteContext, session_id: str) -> None:
-    """``BudgetExceeded`` for a session a budget stopped (store/ops/budgets.py): before a
-    new prompt is queued for it, or a child is spawned under it."""
-    row = ctx.raw.execute(hot.STOPPED_BY, (session_id,)).fetchone()
-    if row is not None:
-        raise_if_stopped(session_id, row[0])
 
 
 def raise_if_stopped(session_id: str, stopped_by: str | None) -> None:

@@ -13,6 +13,7 @@ from state_machines import (
 )
 from state_machines.errors import (
     CheckpointError,
+    StaleEpoch,
 )
 from store import hot_sql as hot
 from store.raw import insert_many
@@ -29,15 +30,13 @@ def insert_events(
     command_id: str | None,
     new: Sequence[NewEvent],
     refuse_closed: bool = False,
+    epoch: int | None = None,
 ) -> list[EventRecord]:
     if not new:
         return []
     texts = [e.payload_text() for e in new]
     raw = ctx.raw
-    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
-    if row is None:
-        raise SessionNotFound(session_id)
-    last, state = row
+    last, state = _next_seqs(ctx, session_id, len(new), epoch)
     if refuse_closed and state == SessionState.CLOSED.value:
         raise SessionClosed(session_id)  # the savepoint undoes the seq bump
     first = last - len(new) + 1
@@ -55,12 +54,34 @@ def insert_events(
     return appended
 
 
+def _next_seqs(
+    ctx: WriteContext, session_id: str, count: int, epoch: int | None
+) -> tuple[int, str]:
+    """Reserve ``count`` seqs: the session's last seq after them, and its state. With
+    ``epoch`` only for the session's owner at that epoch (``StaleEpoch`` otherwise)."""
+    if epoch is None:
+        row = ctx.raw.execute(hot.NEXT_EVENT_SEQ, (count, session_id)).fetchone()
+    else:
+        row = ctx.raw.execute(hot.NEXT_EVENT_SEQ_FENCED, (count, session_id, epoch)).fetchone()
+    if row is None:
+        if epoch is not None and hot.session_exists(ctx.raw, session_id):
+            raise StaleEpoch(session_id, epoch)
+        raise SessionNotFound(session_id)
+    return int(row[0]), str(row[1])
+
+
 def append_events(
-    ctx: WriteContext, session_id: str, command_id: str | None, new: Sequence[NewEvent]
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[NewEvent],
+    epoch: int | None = None,
 ) -> list[EventRecord]:
     """Append at the next per-session seqs (strictly increasing, no gaps). A closed
-    session's log is final (``SessionClosed``)."""
-    return insert_events(ctx, session_id, command_id, new, refuse_closed=True)
+    session's log is final (``SessionClosed``). With ``epoch``, fenced: only the session's
+    owner at that epoch appends (``StaleEpoch``), checked by the statement that takes the
+    seqs."""
+    return insert_events(ctx, session_id, command_id, new, refuse_closed=True, epoch=epoch)
 
 
 def append_frames(
@@ -68,17 +89,16 @@ def append_frames(
     session_id: str,
     command_id: str | None,
     new: Sequence[tuple[str, str, Any]],
+    epoch: int | None = None,
 ) -> int:
     """The recorder's path: ``(kind, JSON text, parsed)`` frames the caller already parsed
     (the raw tap did; ``parsed`` may be None and is only handed on to the session feeds),
-    appended with one ``executemany`` and no records built. Returns the last seq."""
+    appended with one ``executemany`` and no records built. Returns the last seq. With
+    ``epoch``, fenced as ``append_events``."""
     if not new:
         return 0
     raw = ctx.raw
-    row = raw.execute(hot.NEXT_EVENT_SEQ, (len(new), session_id)).fetchone()
-    if row is None:
-        raise SessionNotFound(session_id)
-    last, state = row
+    last, state = _next_seqs(ctx, session_id, len(new), epoch)
     if state == SessionState.CLOSED.value:
         raise SessionClosed(session_id)
     first = last - len(new) + 1

@@ -31,6 +31,7 @@ def begin_next(
     collect: bool,
     max_running_children: int | None = None,
     context_kept: bool = False,
+    fenced: bool = False,
 ) -> list[CommandRecord]:
     """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
     merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``.
@@ -39,8 +40,12 @@ def begin_next(
 
     ``context_kept``: the agent was restored with its conversation (resumed or loaded), so
     a prompt a crash interrupted is already in it: such a prompt is not sent again but ends
-    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed."""
-    fencing.check_epoch(ctx.conn, session_id, epoch)
+    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed.
+
+    ``fenced``: the caller already read the session's epoch in this transaction (a claim
+    offer's terms), so it is not read again."""
+    if not fenced:
+        fencing.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
         and queries.siblings_running(ctx.raw, session_id) >= max_running_children
@@ -87,7 +92,9 @@ def claim_submitted(
     row = ctx.raw.execute(hot.CLAIM_TERMS, (session_id,)).fetchone()
     if row is None or row[0] != epoch or row[1] != SessionState.IDLE.value or row[2] != command_id:
         return []
-    return begin_next(ctx, session_id, epoch, collect, max_running_children, context_kept)
+    return begin_next(
+        ctx, session_id, epoch, collect, max_running_children, context_kept, fenced=True
+    )
 
 
 def unclaim(
@@ -160,8 +167,7 @@ def finish_turn(
     """Record the turn's outcome on every command it served and return the session to idle.
     Returns whether a command is queued for the session (read in this transaction: the
     actor knows whether to look for work without a read of its own)."""
-    fencing.check_epoch(ctx.conn, session_id, epoch)
-    events.append_events(
+    events.append_events(  # first, and fenced: a stale owner's outcome goes no further
         ctx,
         session_id,
         command_ids[0],
@@ -175,6 +181,7 @@ def finish_turn(
                 },
             )
         ],
+        epoch=epoch,
     )
     for command_id in command_ids:
         if final is CommandState.COMPLETED:

@@ -181,6 +181,30 @@ def test_a_failing_outcome_write_keeps_the_frames_and_reports_its_error(
     assert kinds_after_spawn(store, sid) == ["session_update"] * 6
 
 
+def test_an_outcome_written_alone_that_fails_reports_its_error_and_recording_goes_on(
+    store: Store, tmp_path: Path, ploop: ProtocolLoop
+) -> None:
+    """An outcome with no frames before it is written without a savepoint: its error is
+    still its caller's alone, nothing of it stands, and the pipeline records on."""
+    sid, cid = spawned_session(store, tmp_path)
+    recorder = StoreRecorder(store, sid, ploop)
+    recorder.command_id = cid
+
+    def half_then_illegal(ctx: WriteContext) -> None:
+        ops.append_events(ctx, sid, cid, [NewEvent("half", {})])  # undone with the write
+        ops.complete(ctx, cid, {})  # the command is still queued: IllegalTransition
+
+    with pytest.raises(IllegalTransition):
+        recorder.write_after(half_then_illegal).result(30)
+    assert kinds_after_spawn(store, sid) == []
+    # The write's end was posted to the loop before its caller heard: read behind it.
+    assert on_loop(ploop, lambda: _state(recorder)) is RecorderState.IDLE
+    assert not recorder.failed
+    on_loop(ploop, _hand(recorder, 0, 2))
+    assert recorder.write_after(lambda ctx: "ok").result(30) == "ok"
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 2
+
+
 def test_recorder_interval_groups_updates_and_never_delays_a_flush_or_outcome(
     store: Store, tmp_path: Path, ploop: ProtocolLoop
 ) -> None:

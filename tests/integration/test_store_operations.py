@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from state_machines import (
     SessionEvent,
     SessionNotFound,
     SessionState,
+    StaleEpoch,
 )
 from state_machines.errors import CheckpointError, CommandNotFound, LimitExceeded
 from store import (
@@ -26,7 +28,9 @@ from store import (
     ops,
     queries,
 )
+from store.ops import turns
 from store.placement import Placement
+from store.writer import WriteContext
 from tests.conftest import AGENT
 from tests.support.direct_sql import query
 
@@ -165,6 +169,61 @@ def test_illegal_session_transition_leaves_state_unchanged(store: Store) -> None
     with pytest.raises(IllegalTransition):
         store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_ENDED))
     assert store.get_session(sid).state is SessionState.CREATING
+
+
+def test_an_owners_writes_are_fenced_by_the_statements_that_make_them(store: Store) -> None:
+    """The turn's writes carry the fence in the statement that takes the seqs or moves the
+    state (no read of the epoch before it): a stale epoch is refused and writes nothing, an
+    unknown session is ``SessionNotFound``, and the owner's own epoch goes through."""
+    sid = _spawn(store).session.id
+    epoch = store.write(lambda ctx: ops.acquire(ctx, sid, "me"))
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.CREATED))
+    stale = epoch - 1
+    frame = [("session_update", '{"n":1}', None)]
+    refused: list[Callable[[WriteContext], object]] = [
+        lambda ctx: ops.append_events(ctx, sid, None, [NewEvent("k", {})], epoch=stale),
+        lambda ctx: ops.append_frames(ctx, sid, None, frame, stale),
+        lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_STARTED, stale),
+    ]
+    for write in refused:
+        with pytest.raises(StaleEpoch):
+            store.write(write)
+    after = store.get_session(sid)
+    assert (after.state, after.last_event_seq) == (SessionState.IDLE, 1)
+    for write in (
+        lambda ctx: ops.append_frames(ctx, "nope", None, frame, epoch),
+        lambda ctx: ops.transition_session(ctx.conn, "nope", SessionEvent.TURN_STARTED, epoch),
+    ):
+        with pytest.raises(SessionNotFound):
+            store.write(write)
+    assert store.write(lambda ctx: ops.append_frames(ctx, sid, None, frame, epoch)) == 2
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.TURN_STARTED, epoch))
+    assert store.get_session(sid).state is SessionState.RUNNING
+
+
+def test_a_stale_owners_turn_outcome_changes_nothing(store: Store) -> None:
+    """``finish_turn`` from an owner that lost the session: refused before anything of it
+    stands (no ``turn_ended``, the command still running, the session still in its turn)."""
+    sid = _spawn(store).session.id
+    epoch = store.write(lambda ctx: ops.acquire(ctx, sid, "me"))
+    store.write(lambda ctx: ops.transition_session(ctx.conn, sid, SessionEvent.CREATED))
+    claimed = store.write(lambda ctx: turns.begin_next(ctx, sid, epoch, collect=False))
+    ids = tuple(c.id for c in claimed)
+    outcome = {"stopReason": "end_turn"}
+    with pytest.raises(StaleEpoch):
+        store.write(
+            lambda ctx: turns.finish_turn(
+                ctx, sid, epoch + 1, ids, outcome, CommandState.COMPLETED, None
+            )
+        )
+    assert store.get_session(sid).state is SessionState.RUNNING
+    assert store.get_command(ids[0]).state is CommandState.RUNNING
+    assert store.events(sid)[-1].kind == "prompt"
+    store.write(
+        lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, CommandState.COMPLETED, None)
+    )
+    assert store.get_session(sid).state is SessionState.IDLE
+    assert store.events(sid)[-1].kind == "turn_ended"
 
 
 def test_append_events_assigns_contiguous_seqs_and_keeps_raw_json(store: Store) -> None:
