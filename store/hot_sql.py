@@ -58,8 +58,11 @@ CLAIM_TERMS = (
     f"AND c.state = '{_QUEUED}' ORDER BY c.priority DESC, c.seq LIMIT 1) "
     "FROM sessions s WHERE s.id = ?"
 )
-# Whether anything is queued, read in the transaction that records a turn's outcome.
-HAS_QUEUED = f"SELECT 1 FROM commands WHERE session_id = ? AND state = '{_QUEUED}' LIMIT 1"
+# Whether anything is queued, read in the transaction that records a turn's outcome: by
+# the UPDATE that ends the turn, as its RETURNING expression (of the updated session row).
+HAS_QUEUED_HERE = (
+    f"EXISTS (SELECT 1 FROM commands c WHERE c.session_id = sessions.id AND c.state = '{_QUEUED}')"
+)
 # What queueing a prompt reads first: the session's queue mode, and whether a budget
 # stopped it (no usage row yet: not stopped).
 PROMPT_TERMS = (

@@ -47,7 +47,7 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool], str] = {}
+_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool, str | None], str] = {}
 
 
 def _sources_to(event: SessionEvent, target: SessionState) -> tuple[str, ...]:
@@ -90,7 +90,26 @@ def transition_session(
     the caller's, else ``StaleEpoch``. (Fixed SQL on the driver: this runs several times per
     turn, see store/hot_sql.py for why.)
     """
-    raw = driver_of(conn)
+    return _transition(driver_of(conn), session_id, event, epoch, values, None)[0]
+
+
+def end_turn(raw: RawConnection, session_id: str, epoch: int) -> bool:
+    """``TURN_ENDED`` for the session's owner at ``epoch``; returns whether a command is
+    queued for it, read by the same statement (a turn's end needs both)."""
+    _, row = _transition(raw, session_id, SessionEvent.TURN_ENDED, epoch, {}, hot.HAS_QUEUED_HERE)
+    return bool(row[0])
+
+
+def _transition(
+    raw: RawConnection,
+    session_id: str,
+    event: SessionEvent,
+    epoch: int | None,
+    values: dict[str, Any],
+    returning: str | None,
+) -> tuple[SessionState, Any]:
+    """The guarded UPDATE of ``transition_session``; with ``returning``, also what that
+    expression gives for the updated row."""
     guard = _one_target_guard(event)
     if guard is None:  # the target depends on the state: read it first
         row = raw.execute(hot.SESSION_STATE, (session_id,)).fetchone()
@@ -100,18 +119,26 @@ def transition_session(
         allowed = _sources_to(event, target)
     else:  # the guard alone decides; a refusal reads the row below to say why
         target, allowed = guard
-    key = (tuple(values), len(allowed), epoch is not None)
+    key = (tuple(values), len(allowed), epoch is not None, returning)
     sql = _SESSION_TRANSITION_SQL.get(key)
     if sql is None:
         sets = ", ".join(f"{name} = ?" for name in ("state", "updated_at", *values))
         marks = ", ".join("?" for _ in allowed)
         fence = " AND epoch = ?" if epoch is not None else ""
         sql = f"UPDATE sessions SET {sets} WHERE id = ? AND state IN ({marks}){fence}"
+        if returning is not None:
+            sql += f" RETURNING {returning}"
         _SESSION_TRANSITION_SQL[key] = sql
     params: tuple[Any, ...] = (target.value, time.time(), *values.values(), session_id, *allowed)
     if epoch is not None:
         params = (*params, epoch)
-    if raw.execute(sql, params).rowcount != 1:
+    cursor = raw.execute(sql, params)
+    if returning is None:
+        returned, applied = None, cursor.rowcount == 1
+    else:  # a RETURNING statement's row count is not known before its rows are read
+        returned = cursor.fetchone()
+        applied = returned is not None
+    if not applied:
         found = raw.execute("SELECT state, epoch FROM sessions WHERE id = ?", (session_id,))
         row = found.fetchone()
         if row is None:
@@ -120,7 +147,7 @@ def transition_session(
         if epoch is not None and current_epoch != epoch:
             raise StaleEpoch(session_id, epoch)
         SESSION_MACHINE.next_state(SessionState(state), event, subject=session_id)  # raises
-    return target
+    return target, returned
 
 
 # The channel every node LISTENs on (store/listen.py): the payload is a session id.

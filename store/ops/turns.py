@@ -18,7 +18,7 @@ from store import hot_sql as hot
 from store import queries
 from store.ops import commands, events, fencing
 from store.ops import sessions as session_ops
-from store.ops._shared import transition_command, transition_session
+from store.ops._shared import end_turn, transition_command, transition_session
 from store.records import CommandKind, CommandRecord, NewEvent
 from store.schema import sessions
 from store.writer import WriteContext
@@ -191,8 +191,7 @@ def finish_turn(
             commands.cancel_command(ctx, command_id, why, result=outcome)
         else:
             commands.fail(ctx, command_id, error or "failed", result=outcome)
-    transition_session(ctx.conn, session_id, SessionEvent.TURN_ENDED, epoch=epoch)
-    return ctx.raw.execute(hot.HAS_QUEUED, (session_id,)).fetchone() is not None
+    return end_turn(ctx.raw, session_id, epoch)
 
 
 def fail_turn(

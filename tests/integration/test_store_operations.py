@@ -219,11 +219,21 @@ def test_a_stale_owners_turn_outcome_changes_nothing(store: Store) -> None:
     assert store.get_session(sid).state is SessionState.RUNNING
     assert store.get_command(ids[0]).state is CommandState.RUNNING
     assert store.events(sid)[-1].kind == "prompt"
-    store.write(
+    store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT})  # queued during the turn
+    queued = store.write(
         lambda ctx: turns.finish_turn(ctx, sid, epoch, ids, outcome, CommandState.COMPLETED, None)
     )
+    assert queued is True  # read by the statement that ended the turn
     assert store.get_session(sid).state is SessionState.IDLE
     assert store.events(sid)[-1].kind == "turn_ended"
+    again = store.write(lambda ctx: turns.begin_next(ctx, sid, epoch, collect=False))
+    assert len(again) == 1
+    again_ids = (again[0].id,)
+    assert not store.write(
+        lambda ctx: turns.finish_turn(
+            ctx, sid, epoch, again_ids, outcome, CommandState.COMPLETED, None
+        )
+    )
 
 
 def test_append_events_assigns_contiguous_seqs_and_keeps_raw_json(store: Store) -> None:
