@@ -50,7 +50,6 @@ SESSION_WORK = (
     "SELECT s.state, EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id "
     f"AND c.state = '{_QUEUED}') FROM sessions s WHERE s.id = ?"
 )
-SESSION_QUEUE_MODE = "SELECT queue_mode FROM sessions WHERE id = ?"
 # What a prompt claimed as it is queued checks in that transaction: the session's epoch
 # (its live owner's), its state, and the head of its queue (in CLAIM_NEXT's order).
 CLAIM_TERMS = (

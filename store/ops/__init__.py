@@ -29,7 +29,6 @@ from store.ops.commands import (
     fail,
     find_by_key,
     interrupt_command,
-    queue_mode_of,
     submit_prompt,
 )
 from store.ops.events import advance_checkpoint, append_events, append_frames, insert_events
@@ -68,7 +67,6 @@ __all__ = [
     "interrupt_command",
     "interrupted_turns_policy",
     "new_id",
-    "queue_mode_of",
     "record_agent_capabilities",
     "recover",
     "recover_sessions",

@@ -43,14 +43,6 @@ from store.schema import commands
 from store.writer import WriteContext
 
 
-def queue_mode_of(ctx: WriteContext, session_id: str) -> str:
-    """The session's queue mode (``SessionNotFound`` for an unknown id)."""
-    row = ctx.raw.execute(hot.SESSION_QUEUE_MODE, (session_id,)).fetchone()
-    if row is None:
-        raise SessionNotFound(session_id)
-    return str(row[0])
-
-
 def find_by_key(ctx: WriteContext, session_id: str, key: str | None) -> str | None:
     """The id of the session's command with this idempotency key, if any."""
     if key is None:
