@@ -12,12 +12,14 @@ A ``warn`` budget logs one ``budget_warning`` per session and budget.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from state_machines import SessionState
+from state_machines import SessionNotFound, SessionState
 from state_machines.event_kinds import EventKind
 from store import hot_sql as hot
 from store import queries, telemetry
@@ -87,32 +89,58 @@ def _add(
     )
 
 
+class _BudgetFacts(NamedTuple):
+    """What decides a session's budgets and never changes after its spawn: its own budget
+    (from its metadata), its tree's root and the root's tree budget (a session's parent,
+    and so its root, is fixed at spawn; metadata is written once, by the spawn)."""
+
+    own: dict[str, Any] | None
+    root: str
+    tree: dict[str, Any] | None
+
+
+# Facts per session id, read once per process (the writer thread reads them at every turn's
+# end that reports usage). Bounded: the oldest entries go first. A lock, because every open
+# store's writer thread shares the dictionary.
+_FACTS_MAX = 4096
+_facts: OrderedDict[str, _BudgetFacts] = OrderedDict()
+_facts_lock = threading.Lock()
+
+
+def _budget_facts(ctx: WriteContext, session_id: str) -> _BudgetFacts:
+    with _facts_lock:
+        known = _facts.get(session_id)
+    if known is not None:
+        return known
+    row = ctx.raw.execute(hot.SESSION_BUDGET_FACTS, (session_id,)).fetchone()
+    if row is None:
+        raise SessionNotFound(session_id)
+    metadata_text, parent_id = row
+    metadata = json.loads(metadata_text)
+    root = queries.tree_root(ctx.conn, session_id) if parent_id is not None else session_id
+    root_meta = metadata if root == session_id else queries.get_session(ctx.conn, root).metadata
+    facts = _BudgetFacts(metadata.get("budget") or None, root, root_meta.get("treeBudget") or None)
+    with _facts_lock:
+        _facts[session_id] = facts
+        if len(_facts) > _FACTS_MAX:
+            _facts.popitem(last=False)
+    return facts
+
+
 def budgets_of(ctx: WriteContext, session_id: str, defaults: BudgetDefaults) -> list[ScopedBudget]:
     """The session's own budget (from its spawn, else the default) and its tree's (from the
-    root's spawn, else the default), with the sessions each one counts. A root session
-    with no budget anywhere costs one primary-key read (this runs at every turn's end)."""
-    conn = ctx.conn
-    metadata_text, parent_id = ctx.raw.execute(hot.SESSION_BUDGET_FACTS, (session_id,)).fetchone()
-    metadata = json.loads(metadata_text)
-    if (
-        defaults.session is None
-        and defaults.tree is None
-        and parent_id is None
-        and "budget" not in metadata
-        and "treeBudget" not in metadata
-    ):
-        return []
+    root's spawn, else the default), with the sessions each one counts. What decides them is
+    read once per session and kept (``_budget_facts``): a session with no budget anywhere
+    costs no read at all (this runs at every turn's end); a tree budget reads the tree's
+    members each time (children come and go)."""
+    facts = _budget_facts(ctx, session_id)
     found: list[ScopedBudget] = []
-    own = metadata.get("budget")
-    session_budget = Budget.from_json(own) if own else defaults.session
+    session_budget = Budget.from_json(facts.own) if facts.own else defaults.session
     if session_budget is not None:
         found.append(ScopedBudget(BudgetScope.SESSION, session_budget, (session_id,)))
-    root = queries.tree_root(conn, session_id) if parent_id is not None else session_id
-    root_meta = metadata if root == session_id else queries.get_session(conn, root).metadata
-    root_budget = root_meta.get("treeBudget")
-    tree_budget = Budget.from_json(root_budget) if root_budget else defaults.tree
+    tree_budget = Budget.from_json(facts.tree) if facts.tree else defaults.tree
     if tree_budget is not None:
-        tree = (root, *queries.descendants(conn, root))
+        tree = (facts.root, *queries.descendants(ctx.conn, facts.root))
         found.append(ScopedBudget(BudgetScope.TREE, tree_budget, tree))
     return found
 

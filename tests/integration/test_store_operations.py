@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +29,9 @@ from store import (
     ops,
     queries,
 )
-from store.ops import turns
+from store.ops import budgets, turns
 from store.placement import Placement
+from store.usage import Budget, BudgetScope
 from store.writer import WriteContext
 from tests.conftest import AGENT
 from tests.support.direct_sql import query
@@ -492,3 +494,45 @@ def test_the_siblings_a_finished_child_wakes_are_those_with_queued_work_that_can
     woken = store.read_raw(lambda raw: queries.siblings_with_queued_work(raw, finished, parent))
     assert woken == [waiting]
     assert idle_empty not in woken
+
+
+def test_a_sessions_budget_facts_are_read_once_and_its_tree_each_time(tmp_path: Path) -> None:
+    """What decides a session's budgets (its own budget, its root, the root's tree budget)
+    never changes after its spawn: read at its first turn's end, not at every one. The tree's
+    members are read each time (children come and go). Counted with SQLite's statement
+    trace on the writer's connection."""
+    store = Store.open(str(tmp_path / "facts.db"))
+    try:
+        tree_budget = {"treeBudget": Budget(tokens=100).to_json()}
+        root = _spawn(store, None, tmp_path).session.id
+        with_budget = store.spawn(AGENT, "/work", metadata=tree_budget).session.id
+        child = store.spawn(AGENT, "/work", parent_id=with_budget).session.id
+
+        def traced(session_id: str) -> tuple[list[budgets.ScopedBudget], list[str]]:
+            seen: list[str] = []
+
+            def write(ctx: WriteContext) -> list[budgets.ScopedBudget]:
+                assert isinstance(ctx.raw, sqlite3.Connection)
+                ctx.raw.set_trace_callback(seen.append)
+                try:
+                    return budgets.budgets_of(ctx, session_id, budgets.BudgetDefaults())
+                finally:
+                    ctx.raw.set_trace_callback(None)
+
+            return store.write(write), seen
+
+        found, seen = traced(root)
+        assert found == [] and any("metadata" in s for s in seen)
+        assert traced(root) == ([], [])  # no budget anywhere: no read at all
+
+        found, seen = traced(child)
+        assert [(b.scope, b.session_ids) for b in found] == [
+            (BudgetScope.TREE, (with_budget, child))
+        ]
+        assert any("metadata" in s for s in seen)
+        grandchild = store.spawn(AGENT, "/work", parent_id=child).session.id
+        found, seen = traced(child)
+        assert [set(b.session_ids) for b in found] == [{with_budget, child, grandchild}]
+        assert seen and not any("metadata" in s for s in seen)  # only the tree's members
+    finally:
+        store.close()
