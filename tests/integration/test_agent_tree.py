@@ -17,18 +17,25 @@ from protocol.agent.proc_tree import MARKER_ENV
 from store import AgentSpec, Store
 from tests.conftest import live_pids
 from tests.support.cp_harness import open_cp
-from tests.support.tree_driver import tree_agent
+from tests.support.tree_driver import release_leftovers, tree_agent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-# The children's side effect lands this long after the agent's launch. It must outlast the
-# agent's start, a turn and the close (or kill) under a full suite on 2 cores: 2.5 s did not
-# (a close through the session's actor on a loaded PostgreSQL run took longer).
-DELAY_S = 6.0
+# How long a released leftover gets to write its side effect before the test looks.
+SIDE_EFFECT_S = 0.5
 
 
 def _tree_pids(marker: bytes) -> list[int]:
     """Live processes carrying the reaper marker of one agent tree."""
     return live_pids("environ", marker + b"\0")
+
+
+def _assert_no_side_effect(work: Path) -> None:
+    """No child of the tree is left to write its side effect: none takes the go-ahead (and
+    if one did, the file it writes says so)."""
+    released = release_leftovers(work)
+    time.sleep(SIDE_EFFECT_S if released else 0)
+    assert not (work / "side-effect.txt").exists(), "a leftover finished its side effect"
+    assert not released, "a child of the agent's tree outlived it, waiting for its go-ahead"
 
 
 def _marker_of(db: str, session_id: str) -> bytes:
@@ -38,13 +45,39 @@ def _marker_of(db: str, session_id: str) -> bytes:
     return f"{MARKER_ENV}={tree['reaperPid']}.{tree['reaperStart']}".encode()
 
 
+@pytest.mark.timeout(60)
+def test_a_live_leftover_takes_its_go_ahead_and_writes_the_side_effect(tmp_path: Path) -> None:
+    """The check the tests below rely on can fail: with the tree's children alive (the tree
+    run by hand, no control plane to kill it), both take the go-ahead and write."""
+    spec = tree_agent(tmp_path)
+    tree = subprocess.Popen(spec.command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not release_leftovers(tmp_path):  # until the children wait on the FIFO
+            assert time.monotonic() < deadline, "the tree's children never waited"
+            time.sleep(0.02)
+        effect = tmp_path / "side-effect.txt"
+
+        def written() -> int:
+            return effect.read_text().count("ran") if effect.exists() else 0
+
+        while written() < 2:
+            assert time.monotonic() < deadline, "a released child wrote nothing"
+            release_leftovers(tmp_path)  # a child that was not waiting yet the first time
+            time.sleep(0.02)
+        assert not release_leftovers(tmp_path)  # both went their way: none is waiting
+    finally:
+        tree.kill()
+        tree.wait(10)
+
+
 @pytest.mark.timeout(120)
 def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effects(
     tmp_path: Path,
     db: str,
 ) -> None:
     driver = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.tree_driver", str(tmp_path), str(DELAY_S), db],
+        [sys.executable, "-m", "tests.support.tree_driver", str(tmp_path), db],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -54,7 +87,7 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
         assert line and line[0] == "running", line
         session_id = line[1]
         marker = _marker_of(db, session_id)
-        assert len(_tree_pids(marker)) >= 4  # the agent, two shells and their sleeps
+        assert len(_tree_pids(marker)) >= 4  # the agent, two shells and their waiting cats
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
         killed_at = time.monotonic()
@@ -64,8 +97,7 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
     finally:
         if driver.poll() is None:
             driver.kill()
-    time.sleep(DELAY_S + 0.5)
-    assert not (tmp_path / "side-effect.txt").exists(), "a leftover finished its side effect"
+    _assert_no_side_effect(tmp_path)
 
     # A restart restores the session; the next prompt runs.
     with open_cp(tmp_path, db=db) as cp:
@@ -78,7 +110,7 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
 @pytest.mark.timeout(120)
 def test_closing_a_session_kills_its_agent_tree(tmp_path: Path, db: str) -> None:
     with open_cp(tmp_path, db=db) as cp:
-        spawned = cp.spawn(tree_agent(tmp_path, DELAY_S), tmp_path, "hello")
+        spawned = cp.spawn(tree_agent(tmp_path), tmp_path, "hello")
         assert spawned.command is not None
         assert cp.wait(spawned.command.id, 60).state is CommandState.COMPLETED
         tree = cp.get(spawned.session.id).agent_process
@@ -90,8 +122,7 @@ def test_closing_a_session_kills_its_agent_tree(tmp_path: Path, db: str) -> None
         while _tree_pids(marker) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _tree_pids(marker) == []
-    time.sleep(DELAY_S + 0.5)
-    assert not (tmp_path / "side-effect.txt").exists()
+    _assert_no_side_effect(tmp_path)
 
 
 @pytest.mark.timeout(120)
@@ -102,7 +133,7 @@ def test_a_leftover_tree_whose_reaper_was_sigkilled_is_killed_before_the_session
     """The reaper cannot clean up after its own SIGKILL (the OOM killer, kill -9 of a whole
     process group): the next launch of the session kills what the record names."""
     with open_cp(tmp_path, db=db) as cp:
-        spawned = cp.spawn(tree_agent(tmp_path, DELAY_S), tmp_path, "hello")
+        spawned = cp.spawn(tree_agent(tmp_path), tmp_path, "hello")
         assert spawned.command is not None
         cp.wait(spawned.command.id, 60)
         tree = cp.get(spawned.session.id).agent_process

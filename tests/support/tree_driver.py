@@ -1,12 +1,14 @@
 """A control-plane process for the agent-tree tests: spawns a session whose agent starts
-children (one in a new session, as ``setsid`` would) that write a file after a delay, runs a
+children (one in a new session, as ``setsid`` would) that write a file once told to, runs a
 turn that hangs, reports, then waits to be killed.
 
-    python -m tests.support.tree_driver WORK DELAY_S
+    python -m tests.support.tree_driver WORK [DB]
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import shlex
 import sys
 import time
@@ -17,23 +19,42 @@ from store import AgentSpec
 from tests.support.cp_harness import open_cp
 
 
-def tree_agent(work: Path, delay_s: float) -> AgentSpec:
+def tree_agent(work: Path) -> AgentSpec:
     """The example agent, exec'd by a shell that first leaves two side effects pending: a
-    plain background child and one in a session of its own (out of the agent's group)."""
+    plain background child and one in a session of its own (out of the agent's group). Each
+    waits for its go-ahead, a writer on the FIFO ``WORK/go`` (``release_leftovers``), then
+    appends to ``WORK/side-effect.txt``. Not a delay: a start, a turn and a kill take longer
+    than any fixed delay on a loaded machine (a niced agent starts 10x slower there)."""
     effect = work / "side-effect.txt"
+    go = work / "go"
+    if not go.exists():
+        os.mkfifo(go)
     agent = shlex.join(
         [sys.executable, "-m", "protocol.example_agent", "--state-file", str(work / "st.json")]
     )
-    later = f"sleep {delay_s}; echo ran >> {shlex.quote(str(effect))}"
+    later = f"cat {shlex.quote(str(go))} > /dev/null; echo ran >> {shlex.quote(str(effect))}"
     script = f"sh -c {shlex.quote(later)} & setsid sh -c {shlex.quote(later)} & exec {agent}"
     return AgentSpec("tree-agent", ("sh", "-c", script))
 
 
+def release_leftovers(work: Path) -> bool:
+    """Give every child of ``tree_agent`` still waiting its go-ahead (they then write the
+    side effect); False when none is left to take it (nothing can ever write it)."""
+    try:
+        fd = os.open(work / "go", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO with no reader: no leftover is waiting
+            return False
+        raise
+    os.close(fd)
+    return True
+
+
 def main(argv: list[str]) -> int:
-    work, delay_s = Path(argv[0]).resolve(), float(argv[1])
-    db = argv[2] if len(argv) > 2 else None  # the test's store (either backend)
+    work = Path(argv[0]).resolve()
+    db = argv[1] if len(argv) > 1 else None  # the test's store (either backend)
     with open_cp(work, db=db) as cp:
-        spawned = cp.spawn(tree_agent(work, delay_s), work, "#hang", idempotency_key="tree")
+        spawned = cp.spawn(tree_agent(work), work, "#hang", idempotency_key="tree")
         assert spawned.command is not None
         deadline = time.monotonic() + 60
         while cp.command(spawned.command.id).state is not CommandState.RUNNING:
