@@ -2,7 +2,8 @@
 
 Starting: what is left of its previous process tree killed first, the process spawned (or a
 prestarted one adopted), ``initialize``, then its ACP session created or restored (resume >
-load > new + ``context_lost``), all within ``agent_start_timeout_s`` and under the
+load > new + ``context_lost``), each step within ``agent_start_timeout_s`` (given again,
+up to ``START_PATIENCE`` times, to an agent that keeps using CPU) and under the
 process-wide cap on starts at once. The actor records the outcome. Stopping: the agent ended
 in order (or killed), then what it wrote made durable."""
 
@@ -22,6 +23,7 @@ from actors.session.recorder import StoreRecorder
 from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import PermissionBroker
 from protocol.agent.prestart import Prestarted
+from protocol.agent.proc_tree import cpu_used_between, tree_cpu
 from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
 from store import SessionRecord
@@ -84,16 +86,16 @@ def start_agent(
     mcp_servers += settings.client_mcp.for_launch(
         session.id, session.metadata.get("mcpServers", [])
     )
+    timeout = settings.agent_start_timeout_s
     try:
         with deps.starts:  # the start timeout counts from here, not from the queue
-            init = loop.call(conn.start(), settings.agent_start_timeout_s)
+            init = call_while_working(loop, conn.start(), timeout, conn, session.id)
             if session.acp_session_id:
-                opened = loop.call(
-                    conn.restore_session(session.acp_session_id, mcp_servers),
-                    settings.agent_start_timeout_s,
-                )
+                restoring = conn.restore_session(session.acp_session_id, mcp_servers)
+                opened = call_while_working(loop, restoring, timeout, conn, session.id)
             else:
-                opened = loop.call(conn.new_session(mcp_servers), settings.agent_start_timeout_s)
+                creating = conn.new_session(mcp_servers)
+                opened = call_while_working(loop, creating, timeout, conn, session.id)
     except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
         telemetry.AGENT_STARTS.labels("failed").inc()
         if not deps.stopping.is_set():  # a start cut short by the shutdown is no failure
@@ -124,6 +126,58 @@ def start_agent(
         conn.process_tree,
         (session.agent.command, init.model_dump(by_alias=True, exclude_none=True)),
     )
+
+
+# A step of a start that runs past ``agent_start_timeout_s`` while the agent's process tree
+# keeps using CPU is not hung but slow: a host busy with other work starves an agent that runs
+# nicer than it (``agent_nice``; measured: ten times slower to answer ``initialize`` beside two
+# busy processes on two cores). It gets the timeout again, up to this many times in all.
+START_PATIENCE = 4
+# Working: the agent's tree used at least this share of one CPU over the last timeout.
+WORKING_CPU_SHARE = 0.02
+
+
+def call_while_working(
+    loop: ProtocolLoop, coro: Any, timeout: float, conn: AgentConnection, session_id: str
+) -> Any:
+    """``loop.call(coro, timeout)`` for a step of an agent's start, with patience for an
+    agent that works but slowly (see ``START_PATIENCE``); ``TimeoutError`` saying which."""
+    future = loop.submit(coro)
+    # Before the spawn there is no tree yet: all the CPU it uses then is this step's.
+    before = _tree_cpu(conn) or {}
+    for waited in range(1, START_PATIENCE + 1):
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            now = _tree_cpu(conn)
+            used = 0.0 if now is None else cpu_used_between(before, now)
+            if used < WORKING_CPU_SHARE * timeout:
+                raise TimeoutError(
+                    f"the agent did not answer within {waited * timeout:g} s and used "
+                    f"{used:.2f} s of CPU in the last {timeout:g} s: hung "
+                    "(timeouts.agent_start_s)"
+                ) from None
+            if waited == START_PATIENCE:
+                raise TimeoutError(
+                    f"the agent did not start within {waited * timeout:g} s although it kept "
+                    f"working ({START_PATIENCE} x timeouts.agent_start_s)"
+                ) from None
+            log.info(
+                "session %s: the agent is still starting after %g s (%.2f s of CPU in the last "
+                "%g s): waiting %g s more",
+                session_id,
+                waited * timeout,
+                used,
+                timeout,
+                timeout,
+            )
+            before = now or {}
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _tree_cpu(conn: AgentConnection) -> dict[int, float] | None:
+    pid = conn.pid
+    return None if pid is None else tree_cpu(pid)
 
 
 def call_quietly(loop: ProtocolLoop, coro: Any, timeout: float, session_id: str) -> None:

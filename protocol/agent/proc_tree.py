@@ -105,6 +105,42 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time process ``pid`` used so far, user and system, all its threads (fields 14
+    and 15 of /proc/PID/stat); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read()
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+def tree_cpu(root: int) -> dict[int, float] | None:
+    """The CPU time ``root`` and every live process below it used so far, by pid; None if
+    ``root`` is gone. (A process that exited is not in it: compare two with
+    ``cpu_used_between``, not their sums.)"""
+    own = cpu_seconds(root)
+    if own is None:
+        return None
+    found = {root: own}
+    for pid in descendants(root):
+        used = cpu_seconds(pid)
+        if used is not None:
+            found[pid] = used
+    return found
+
+
+def cpu_used_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """The CPU time a tree's live processes used between two ``tree_cpu`` readings (a process
+    that exited meanwhile counts for nothing, one that started counts whole)."""
+    return sum(max(0.0, used - before.get(pid, 0.0)) for pid, used in after.items())
+
+
 def _environ_has(pid: int, entry: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
