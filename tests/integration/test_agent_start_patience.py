@@ -65,3 +65,23 @@ def test_a_start_that_uses_no_cpu_fails_after_one_idle_timeout(tmp_path: Path) -
         errors = _start_errors(cp, spawned.session.id)
         assert errors and "hung" in errors[0], errors
         assert took < 4 * 1.5, f"a hung start took {took:.1f} s"
+
+
+@pytest.mark.timeout(90)
+def test_a_start_that_works_past_four_timeouts_fails_saying_it_kept_working(
+    tmp_path: Path,
+) -> None:
+    """The patience has an end: busy work that outlasts four timeouts fails the start at
+    the fourth, and the error says the agent kept working (not that it hung)."""
+    spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
+    agent = _agent_after(shlex.join([sys.executable, "-c", spin]))
+    with open_cp(tmp_path, agent_start_timeout_s=1.0, agent_nice=0) as cp:
+        started = time.monotonic()
+        spawned = cp.spawn(agent, tmp_path, "hello")
+        assert spawned.command is not None
+        outcome = cp.wait(spawned.command.id, 60)
+        took = time.monotonic() - started
+        assert outcome.state is CommandState.FAILED
+        errors = _start_errors(cp, spawned.session.id)
+        assert errors and "kept working" in errors[0], errors
+        assert 4.0 <= took < 20, f"the start failed after {took:.1f} s"
