@@ -8,6 +8,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,13 +50,10 @@ def test_a_start_that_keeps_working_past_the_timeout_is_waited_for(tmp_path: Pat
         assert "agent_started" in [e.kind for e in cp.events(spawned.session.id)]
 
 
-@pytest.mark.timeout(90)
-def test_a_start_that_uses_no_cpu_fails_after_one_idle_timeout(tmp_path: Path) -> None:
-    """An agent that sleeps instead of answering is hung: its start fails once a whole
-    timeout passed without CPU (the first may still see the reaper's own start-up), long
-    before the four timeouts a working agent may take."""
-    agent = _agent_after("sleep 60")
-    with open_cp(tmp_path, agent_start_timeout_s=1.5) as cp:
+def _failed_start(tmp_path: Path, agent: AgentSpec, **settings: Any) -> tuple[str, float]:
+    """Spawn with a first prompt whose agent never starts: the start's error and how long
+    from the spawn to the failed prompt."""
+    with open_cp(tmp_path, **settings) as cp:
         started = time.monotonic()
         spawned = cp.spawn(agent, tmp_path, "hello")
         assert spawned.command is not None
@@ -63,8 +61,18 @@ def test_a_start_that_uses_no_cpu_fails_after_one_idle_timeout(tmp_path: Path) -
         took = time.monotonic() - started
         assert outcome.state is CommandState.FAILED
         errors = _start_errors(cp, spawned.session.id)
-        assert errors and "hung" in errors[0], errors
-        assert took < 4 * 1.5, f"a hung start took {took:.1f} s"
+        assert errors, "no agent_start_failed event"
+        return errors[0], took
+
+
+@pytest.mark.timeout(90)
+def test_a_start_that_uses_no_cpu_fails_after_one_idle_timeout(tmp_path: Path) -> None:
+    """An agent that sleeps instead of answering is hung: its start fails once a whole
+    timeout passed without CPU (the first may still see the reaper's own start-up), long
+    before the four timeouts a working agent may take."""
+    error, took = _failed_start(tmp_path, _agent_after("sleep 60"), agent_start_timeout_s=1.5)
+    assert "hung" in error, error
+    assert took < 4 * 1.5, f"a hung start took {took:.1f} s"
 
 
 @pytest.mark.timeout(90)
@@ -75,13 +83,6 @@ def test_a_start_that_works_past_four_timeouts_fails_saying_it_kept_working(
     the fourth, and the error says the agent kept working (not that it hung)."""
     spin = "import time\nend = time.time() + 30\nwhile time.time() < end: pass"
     agent = _agent_after(shlex.join([sys.executable, "-c", spin]))
-    with open_cp(tmp_path, agent_start_timeout_s=1.0, agent_nice=0) as cp:
-        started = time.monotonic()
-        spawned = cp.spawn(agent, tmp_path, "hello")
-        assert spawned.command is not None
-        outcome = cp.wait(spawned.command.id, 60)
-        took = time.monotonic() - started
-        assert outcome.state is CommandState.FAILED
-        errors = _start_errors(cp, spawned.session.id)
-        assert errors and "kept working" in errors[0], errors
-        assert 4.0 <= took < 20, f"the start failed after {took:.1f} s"
+    error, took = _failed_start(tmp_path, agent, agent_start_timeout_s=1.0, agent_nice=0)
+    assert "kept working" in error, error
+    assert 4.0 <= took < 20, f"the start failed after {took:.1f} s"
