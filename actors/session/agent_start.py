@@ -145,34 +145,35 @@ def call_while_working(
     future = loop.submit(coro)
     # Before the spawn there is no tree yet: all the CPU it uses then is this step's.
     before = _tree_cpu(conn) or {}
-    for waited in range(1, START_PATIENCE + 1):
+    waited = 0
+    while True:
         try:
             return future.result(timeout)
         except TimeoutError:
-            now = _tree_cpu(conn)
-            used = 0.0 if now is None else cpu_used_between(before, now)
-            if used < WORKING_CPU_SHARE * timeout:
-                raise TimeoutError(
-                    f"the agent did not answer within {waited * timeout:g} s and used "
-                    f"{used:.2f} s of CPU in the last {timeout:g} s: hung "
-                    "(timeouts.agent_start_s)"
-                ) from None
-            if waited == START_PATIENCE:
-                raise TimeoutError(
-                    f"the agent did not start within {waited * timeout:g} s although it kept "
-                    f"working ({START_PATIENCE} x timeouts.agent_start_s)"
-                ) from None
-            log.info(
-                "session %s: the agent is still starting after %g s (%.2f s of CPU in the last "
-                "%g s): waiting %g s more",
-                session_id,
-                waited * timeout,
-                used,
-                timeout,
-                timeout,
+            waited += 1
+        now = _tree_cpu(conn)
+        used = 0.0 if now is None else cpu_used_between(before, now)
+        if used < WORKING_CPU_SHARE * timeout:
+            raise TimeoutError(
+                f"the agent did not answer within {waited * timeout:g} s and used "
+                f"{used:.2f} s of CPU in the last {timeout:g} s: hung "
+                "(timeouts.agent_start_s)"
             )
-            before = now or {}
-    raise AssertionError("unreachable")  # the loop returns or raises
+        if waited == START_PATIENCE:
+            raise TimeoutError(
+                f"the agent did not start within {waited * timeout:g} s although it kept "
+                f"working ({START_PATIENCE} x timeouts.agent_start_s)"
+            )
+        log.info(
+            "session %s: the agent is still starting after %g s (%.2f s of CPU in the last "
+            "%g s): waiting %g s more",
+            session_id,
+            waited * timeout,
+            used,
+            timeout,
+            timeout,
+        )
+        before = now or {}
 
 
 def _tree_cpu(conn: AgentConnection) -> dict[int, float] | None:

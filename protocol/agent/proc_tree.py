@@ -25,15 +25,17 @@ MARKER_ENV = "ACP_REAPER_ID"
 
 
 class _Stat:
-    """Fields 3 (state), 4 (ppid), 5 (pgrp), 6 (session) and 22 (starttime) of proc(5)."""
+    """Fields 3 (state), 4 (ppid), 5 (pgrp), 6 (session), 14 + 15 (utime + stime, in clock
+    ticks) and 22 (starttime) of proc(5)."""
 
-    __slots__ = ("pgrp", "ppid", "session", "start", "state")
+    __slots__ = ("cpu_ticks", "pgrp", "ppid", "session", "start", "state")
 
     def __init__(self, fields: list[bytes]) -> None:
         self.state = fields[0].decode()
         self.ppid = int(fields[1])
         self.pgrp = int(fields[2])
         self.session = int(fields[3])
+        self.cpu_ticks = int(fields[11]) + int(fields[12])
         self.start = int(fields[19])
 
 
@@ -109,15 +111,10 @@ _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """The CPU time process ``pid`` used so far, user and system, all its threads (fields 14
-    and 15 of /proc/PID/stat); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+    """The CPU time process ``pid`` used so far, user and system, all its threads; None if
+    it is gone."""
+    st = _stat(pid)
+    return None if st is None else st.cpu_ticks / _TICKS_PER_S
 
 
 def tree_cpu(root: int) -> dict[int, float] | None:

@@ -176,7 +176,7 @@ def insert_command(
     raw = ctx.raw
     row = raw.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
     if row is None:
-        if raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+        if not hot.session_exists(raw, session_id):
             raise SessionNotFound(session_id)
         raise SessionClosed(session_id)
     now = time.time()

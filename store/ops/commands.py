@@ -84,7 +84,7 @@ def claim_next(ctx: WriteContext, session_id: str) -> CommandRecord | None:
     now = time.time()
     row = ctx.raw.execute(hot.CLAIM_NEXT, (now, now, session_id)).fetchone()
     if row is None:
-        if ctx.raw.execute(hot.SESSION_STATE, (session_id,)).fetchone() is None:
+        if not hot.session_exists(ctx.raw, session_id):
             raise SessionNotFound(session_id)  # unknown ids are an error, not "no work"
         return None
     return hot.command_from_tuple(row)
