@@ -264,9 +264,10 @@ class AgentHost:
             ) from exc
         except (ConnectionError, RuntimeError) as exc:
             if self._process is not None:
-                # The connection ends before the exit status is known; wait a moment for it.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._exited.wait(), 2)
+                # The connection ends before the exit status is known; wait a moment for it,
+                # longer when this side is ending the agent (its exit is certain, and on a
+                # loaded machine the reaper's report of it took over 2 s once on CI).
+                await self._exit_known(EXIT_AFTER_STOP_S if self.stopping else EXIT_AFTER_CLOSE_S)
             if self.failure is not None:
                 raise self.failure from exc
             if self._process is not None:
@@ -275,11 +276,30 @@ class AgentHost:
                     raise AgentExited(code, self.stderr_tail()) from exc
             raise AgentProtocolError(f"connection to the agent failed: {exc}") from exc
 
+    async def _exit_known(self, within_s: float) -> None:
+        """Until the agent's exit status is known, at most ``within_s``. (The status can be
+        known before ``_watch`` hears of it: Python 3.11 ends a process's ``wait()`` only once
+        every pipe of it closed.)"""
+        process = self._process
+        deadline = asyncio.get_running_loop().time() + within_s
+        while process is not None and process.returncode is None and not self._exited.is_set():
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), min(left, 0.05))
+
     def stderr_tail(self) -> list[str]:
         """The end of the agent's stderr log with its secrets replaced by ***: it is stored
         (agent_exited) and quoted in errors, and an agent may print its own API key."""
         redactor = Redactor(self.launch.secret_values)
         return [redactor.redact(line) for line in tail_lines(self.launch.stderr_path)]
+
+
+# How long a request whose connection closed waits for the agent's exit status: a moment
+# when the agent ended on its own; longer when this side stopped or killed it.
+EXIT_AFTER_CLOSE_S = 2.0
+EXIT_AFTER_STOP_S = 30.0
 
 
 async def _cancel_tasks(*tasks: asyncio.Task[Any]) -> None:
