@@ -11,6 +11,15 @@ writer folds concurrent writes into one transaction (one fsync); the figure "wri
 writes acknowledged divided by transactions committed (``Store.commit_stats``) during the
 timed part.
 
+*A turn's life* (``--turn-life``, on by default; at the highest submitter count): what the
+control plane's store does for a prompt to a live idle session, without the agent's updates.
+Each submitter owns an idle session (acquired at an epoch, its agent recorded as started)
+and loops over two acknowledged writes: the prompt queued and claimed in one transaction
+(``ops.submit_prompt`` + ``turns.claim_submitted``, a claim offer's write: the session to
+``running``, the ``prompt`` event), then the turn's outcome (``turns.finish_turn``: the
+``turn_ended`` event, the command completed, the session back to ``idle``). Reported as turns/s
+beside the baseline: it is the same target's question asked of the path a turn takes.
+
 *Baseline*: what a naive implementation does. A fresh SQLite file in the same temporary
 directory (so on the same file system), WAL + ``synchronous=FULL``, one thread, and per
 command one ``BEGIN; INSERT INTO commands ...; COMMIT`` (one fsync per command), with
@@ -65,7 +74,18 @@ from bench._common import (  # noqa: E402
     spread,
 )
 from state_machines import CommandState  # noqa: E402
-from store import AgentSpec, CommandKind, Store, StoreOptions, Synchronous  # noqa: E402
+from store import (  # noqa: E402
+    AgentSpec,
+    CommandKind,
+    CommandRecord,
+    Store,
+    StoreOptions,
+    Synchronous,
+    ops,
+)
+from store.ops import turns  # noqa: E402
+from store.ownership import this_owner  # noqa: E402
+from store.writer import WriteContext  # noqa: E402
 
 DEFAULT_SUBMITTERS = (1, 16, 64)
 DEFAULT_ROUNDS = 5
@@ -236,20 +256,112 @@ def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
         _remove_db(path)
 
 
+def idle_session(store: Store, workdir: str, tag: str) -> tuple[str, int]:
+    """A session owned by this process at an epoch, its agent recorded as started (idle)."""
+    sid = store.spawn(AGENT, workdir, None, None, f"bench-turns-{tag}").session.id
+    epoch = store.write(lambda ctx: ops.acquire(ctx, sid, this_owner()))
+    store.write(lambda ctx: turns.agent_started(ctx, sid, epoch, f"acp-{tag}", "new", {}))
+    return sid, epoch
+
+
+def _turn_submitter(
+    store: Store,
+    session: tuple[str, int],
+    count: int,
+    tag: str,
+    barrier: threading.Barrier,
+    errors: list[BaseException],
+) -> None:
+    sid, epoch = session
+    try:
+        barrier.wait()
+        for i in range(count):
+            key = f"{tag}-{i}"
+
+            def queue_and_claim(ctx: WriteContext, key: str = key) -> list[CommandRecord]:
+                command, _ = ops.submit_prompt(ctx, sid, PAYLOAD, key, None)
+                return turns.claim_submitted(ctx, sid, command.id, epoch, False)
+
+            claimed = store.write(queue_and_claim)
+            if len(claimed) != 1:
+                raise RuntimeError(f"the claim offer's write claimed {claimed!r}")
+            ids = (claimed[0].id,)
+
+            def outcome(ctx: WriteContext, ids: tuple[str, ...] = ids) -> bool:
+                return turns.finish_turn(ctx, sid, epoch, ids, RESULT, CommandState.COMPLETED, None)
+
+            store.write(outcome)
+    except BaseException as exc:  # reported by the main thread
+        errors.append(exc)
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.abort()
+
+
+def run_turn_life(workdir: str, submitters: int, turns_total: int) -> Run:
+    """``turns_total`` turns' store writes over ``submitters`` threads (see the docstring)."""
+    path = os.path.join(workdir, f"turns-{submitters}-{uuid.uuid4().hex[:8]}.db")
+    store = Store.open(path, StoreOptions(synchronous=Synchronous.FULL))
+    try:
+        sessions = [idle_session(store, workdir, str(i)) for i in range(submitters)]
+        share, extra = divmod(turns_total, submitters)
+        counts = [share + (1 if i < extra else 0) for i in range(submitters)]
+        barrier = threading.Barrier(submitters + 1)
+        errors: list[BaseException] = []
+        threads = [
+            threading.Thread(
+                target=_turn_submitter,
+                args=(store, session, n, f"t{i}", barrier, errors),
+                name=f"bench-turns-{i}",
+                daemon=True,
+            )
+            for i, (session, n) in enumerate(zip(sessions, counts, strict=True))
+        ]
+        for thread in threads:
+            thread.start()
+        tx_before, writes_before = store.commit_stats
+        cpu_before = time.process_time()
+        barrier.wait()
+        start = now()
+        for thread in threads:
+            thread.join()
+        elapsed = now() - start
+        cpu = time.process_time() - cpu_before
+        tx_after, writes_after = store.commit_stats
+        if errors:
+            raise RuntimeError(f"{len(errors)} turn submitter(s) failed") from errors[0]
+        return Run(
+            commands=sum(counts),
+            seconds=elapsed,
+            transactions=tx_after - tx_before,
+            writes=writes_after - writes_before,
+            cpu_seconds=cpu,
+        )
+    finally:
+        store.close()
+        _remove_db(path)
+
+
 # -- driver --------------------------------------------------------------------------------
 
 
 def measure(
-    workdir: str, rounds: int, commands: int, submitters: list[int], dbos_runs: list[Run] | None
+    workdir: str,
+    rounds: int,
+    commands: int,
+    submitters: list[int],
+    dbos_runs: list[Run] | None,
+    turn_runs: list[Run] | None = None,
 ) -> tuple[list[Run], dict[int, list[Run]]]:
-    """Interleave: every round runs the baseline and each concurrency once (and DBOS at the
-    highest, when ``dbos_runs`` is a list to fill). The order is rotated from round to round
-    so no run always sits right after another."""
+    """Interleave: every round runs the baseline and each concurrency once (and DBOS and a
+    turn's life at the highest, when ``dbos_runs`` / ``turn_runs`` is a list to fill). The
+    order is rotated from round to round so no run always sits right after another."""
     baseline: list[Run] = []
     store_runs: dict[int, list[Run]] = {n: [] for n in submitters}
     labels: list[int | str | None] = [None, *submitters]  # None: the baseline
     if dbos_runs is not None:
         labels.append("dbos")
+    if turn_runs is not None:
+        labels.append("turns")
     for r in range(rounds):
         shift = r % len(labels)
         order = labels[shift:] + labels[:shift]
@@ -265,6 +377,11 @@ def measure(
                 run = Run(commands=done, seconds=seconds)
                 dbos_runs.append(run)
                 parts.append(f"DBOS x{max(submitters)} {run.rate:,.0f}/s")
+            elif label == "turns":
+                assert turn_runs is not None
+                run = run_turn_life(workdir, max(submitters), commands)
+                turn_runs.append(run)
+                parts.append(f"turns x{max(submitters)} {run.rate:,.0f}/s")
             else:
                 assert isinstance(label, int)
                 run = run_control_plane(workdir, label, commands)
@@ -328,6 +445,24 @@ def add_dbos(report: dict[str, Any], runs: list[Run], submitters: int) -> None:
     }
 
 
+def add_turn_life(
+    report: dict[str, Any], runs: list[Run], baseline: list[Run], submitters: int
+) -> None:
+    """A turn's store life beside the baseline: turns/s and the ratio of medians."""
+    rates = [r.rate for r in runs]
+    base_median = median([r.rate for r in baseline])
+    report["turn_life"] = {
+        "submitters": submitters,
+        "writes_per_turn": 2,
+        "median_turns_per_s": median(rates),
+        "min_max_turns_per_s": spread(rates),
+        "median_writes_per_tx": median([r.writes_per_tx for r in runs]),
+        "median_cpu_us_per_turn": median([r.cpu_us_per_command for r in runs]),
+        "ratio_of_medians": median(rates) / base_median,
+        "runs": [asdict(r) | {"turns_per_s": r.rate} for r in runs],
+    }
+
+
 def print_report(report: dict[str, Any]) -> None:
     cfg, mach = report["config"], report["machine"]
     print(
@@ -362,6 +497,16 @@ def print_report(report: dict[str, Any]) -> None:
         "vs baseline = median control-plane cmd/s / median baseline cmd/s "
         "(a control-plane command is 3 commits' worth of writes, the baseline's is 1)"
     )
+    life = report.get("turn_life")
+    if life is not None:
+        lo, hi = life["min_max_turns_per_s"]
+        print(
+            f"a turn's life, {life['submitters']} subm. (2 writes: prompt queued + claimed, "
+            f"outcome): {life['median_turns_per_s']:,.1f} turns/s [{lo:,.1f}..{hi:,.1f}], "
+            f"{life['median_writes_per_tx']:.1f} writes/tx, "
+            f"{life['median_cpu_us_per_turn']:,.0f} µs CPU per turn; "
+            f"{life['ratio_of_medians']:.2f}x baseline"
+        )
     target = report["target"]
     if target["ratio"] is not None:
         verdict = "MET" if target["met"] else "NOT MET"
@@ -412,6 +557,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-dbos", action="store_true", help="leave DBOS out even when it is installed"
     )
+    parser.add_argument(
+        "--no-turn-life",
+        action="store_true",
+        help="leave out the run of a turn's store writes (prompt queued + claimed, outcome)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document instead")
     return parser.parse_args(argv)
 
@@ -428,8 +578,9 @@ def main(argv: list[str] | None = None) -> int:
             f"submitters {args.submitters}, in {workdir}"
         )
         dbos_runs: list[Run] | None = [] if dbos_side.available() and not args.no_dbos else None
+        turn_runs: list[Run] | None = None if args.no_turn_life else []
         baseline, store_runs = measure(
-            workdir, args.rounds, args.commands, args.submitters, dbos_runs
+            workdir, args.rounds, args.commands, args.submitters, dbos_runs, turn_runs
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -444,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     report = summarise(baseline, store_runs, config)
     if dbos_runs:
         add_dbos(report, dbos_runs, max(args.submitters))
+    if turn_runs:
+        add_turn_life(report, turn_runs, baseline, max(args.submitters))
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         print()

@@ -16,7 +16,7 @@ from typing import Any
 
 from state_machines import COMMAND_MACHINE, CommandEvent, CommandState, SessionState
 from store.raw import RawConnection
-from store.records import CommandKind, CommandRecord, EventRecord, utc
+from store.records import CommandKind, CommandRecord, EventRecord
 from store.schema import bindings, commands, delivery_checkpoints, events, sessions
 
 # State literals come from the enums and the transition table, never typed into the SQL.
@@ -128,6 +128,7 @@ _I_CREATED, _I_STARTED, _I_FINISHED = (_IDX[n] for n in ("created_at", "started_
 
 
 _COMMAND_ROW = operator.itemgetter(*COMMAND_COLUMNS)
+_new_object = object.__new__
 # Enum members by value: a dict lookup instead of an ``Enum(value)`` call (three per write).
 _KINDS: dict[str, CommandKind] = {k.value: k for k in CommandKind}
 _STATES: dict[str, CommandState] = {s.value: s for s in CommandState}
@@ -170,8 +171,12 @@ def queued_command_row(
 
 
 def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
-    started, finished = row[_I_STARTED], row[_I_FINISHED]
-    return CommandRecord(
+    # Every write of a command builds one of these on the writer thread. A frozen
+    # dataclass's ``__init__`` sets each of its 14 fields through ``object.__setattr__``
+    # (about 10x this); filling the instance's dictionary makes the same record (same
+    # fields, equality, repr, immutability through attribute assignment).
+    record: CommandRecord = _new_object(CommandRecord)
+    record.__dict__.update(
         id=row[_I_ID],
         session_id=row[_I_SESSION],
         seq=row[_I_SEQ],
@@ -183,10 +188,11 @@ def command_from_tuple(row: tuple[Any, ...]) -> CommandRecord:
         max_attempts=row[_I_MAX],
         result_json=row[_I_RESULT],
         error=row[_I_ERROR],
-        created_at=utc(row[_I_CREATED]),
-        started_at=None if started is None else utc(started),
-        finished_at=None if finished is None else utc(finished),
+        created_ts=row[_I_CREATED],
+        started_ts=row[_I_STARTED],
+        finished_ts=row[_I_FINISHED],
     )
+    return record
 
 
 def session_exists(raw: RawConnection, session_id: str) -> bool:
@@ -207,7 +213,7 @@ def event_record(
     raw: str,
     created_at: float,
 ) -> EventRecord:
-    return EventRecord(event_id, session_id, seq, command_id, kind, raw, utc(created_at))
+    return EventRecord(event_id, session_id, seq, command_id, kind, raw, created_at)
 
 
 # A turn's usage added to the session's row (``store/ops/budgets.py``; once per turn end).

@@ -146,9 +146,24 @@ class CommandRecord:
     max_attempts: int
     result_json: str | None
     error: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
+    # Seconds since the epoch, as stored. The writer thread builds a record for every write
+    # of a command and most are never asked their times: the datetimes (``created_at``...)
+    # are made on first use.
+    created_ts: float
+    started_ts: float | None
+    finished_ts: float | None
+
+    @cached_property
+    def created_at(self) -> datetime:
+        return utc(self.created_ts)
+
+    @cached_property
+    def started_at(self) -> datetime | None:
+        return None if self.started_ts is None else utc(self.started_ts)
+
+    @cached_property
+    def finished_at(self) -> datetime | None:
+        return None if self.finished_ts is None else utc(self.finished_ts)
 
     @cached_property
     def payload(self) -> dict[str, Any]:
@@ -175,7 +190,11 @@ class EventRecord:
     command_id: str | None
     kind: str
     raw: str  # the payload's JSON text exactly as appended
-    created_at: datetime
+    created: float  # epoch seconds, as stored; ``created_at`` is made on first use
+
+    @cached_property
+    def created_at(self) -> datetime:
+        return utc(self.created)
 
     @cached_property
     def payload(self) -> dict[str, Any]:

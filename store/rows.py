@@ -70,9 +70,9 @@ def command_from_row(row: Row[Any]) -> CommandRecord:
         max_attempts=m["max_attempts"],
         result_json=m["result"],
         error=m["error"],
-        created_at=utc(m["created_at"]),
-        started_at=_opt_utc(m["started_at"]),
-        finished_at=_opt_utc(m["finished_at"]),
+        created_ts=m["created_at"],
+        started_ts=m["started_at"],
+        finished_ts=m["finished_at"],
     )
 
 
@@ -85,7 +85,7 @@ def event_from_row(row: Row[Any]) -> EventRecord:
         command_id=m["command_id"],
         kind=m["kind"],
         raw=m["payload"],
-        created_at=utc(m["created_at"]),
+        created=m["created_at"],
     )
 
 

@@ -6,8 +6,8 @@ a process has one store writer per open store, and their figures add up."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Histogram
@@ -80,7 +80,7 @@ def commands_finished(records: Sequence[CommandRecord]) -> None:
     """After a commit: the prompts that reached a final state in it (once each, committed).
     On the writer thread, so kept lean: the result is parsed only where it decides the
     status, and each status's counter is looked up once per process."""
-    now = datetime.now(UTC)
+    now = time.time()
     for record in records:
         if record.kind is not CommandKind.PROMPT:
             continue
@@ -91,9 +91,8 @@ def commands_finished(records: Sequence[CommandRecord]) -> None:
         if counter is None:
             counter = _TURNS_BY_STATUS.setdefault(label, TURNS.labels(label))
         counter.inc()
-        if record.started_at is not None:
-            QUEUE_WAIT_SECONDS.observe(
-                max(0.0, (record.started_at - record.created_at).total_seconds())
-            )
-            finished = record.finished_at or now
-            TURN_SECONDS.observe(max(0.0, (finished - record.started_at).total_seconds()))
+        started = record.started_ts
+        if started is not None:
+            QUEUE_WAIT_SECONDS.observe(max(0.0, started - record.created_ts))
+            finished = record.finished_ts or now
+            TURN_SECONDS.observe(max(0.0, finished - started))

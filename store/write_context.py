@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from store.driver_errors import is_connection_level
 from store.raw import RawConnection, raw_for
-from store.records import BindingRecord, EventRecord, utc
+from store.records import BindingRecord, EventRecord
 
 T = TypeVar("T")
 # One append of a write: (session_id, first seq, command_id, frames, created_at, the
@@ -23,9 +23,8 @@ Appended = tuple[str, int, str | None, Sequence[tuple[str, str, Any]], float, Se
 def appended_events(entry: Appended) -> list[EventRecord]:
     """The records of one append, as a read of the log would return them."""
     session_id, first, command_id, frames, created, ids = entry
-    at = utc(created)
     return [
-        EventRecord(event_id, session_id, first + i, command_id, kind, text, at)
+        EventRecord(event_id, session_id, first + i, command_id, kind, text, created)
         for i, (event_id, (kind, text, _)) in enumerate(zip(ids, frames, strict=True))
     ]
 

@@ -59,11 +59,13 @@ def enqueue(
     idempotency_key: str | None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     priority: int = 0,
+    key_is_new: bool = False,
 ) -> EnqueueResult:
     """Queue a command at the session's next seq. A known key with the same kind and payload
     returns the original command (with its outcome once final); with another, a conflict.
-    A closed session refuses new commands (``SessionClosed``)."""
-    if idempotency_key is not None:
+    A closed session refuses new commands (``SessionClosed``). ``key_is_new``: the caller
+    looked the key up in this transaction and found nothing, so it is not looked up again."""
+    if idempotency_key is not None and not key_is_new:
         row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, idempotency_key)).fetchone()
         if row is not None:
             if row[1] != request_hash(kind.value, payload):
@@ -199,7 +201,13 @@ def submit_prompt(
         cancel(ctx, session_id)
     priority = 1 if effective is QueueMode.STEER else 0
     command = enqueue(
-        ctx, session_id, CommandKind.PROMPT, payload, idempotency_key, priority=priority
+        ctx,
+        session_id,
+        CommandKind.PROMPT,
+        payload,
+        idempotency_key,
+        priority=priority,
+        key_is_new=True,  # looked up above, in this transaction
     ).command
     return command, effective in (QueueMode.STEER, QueueMode.INTERRUPT)
 

@@ -66,7 +66,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -719,7 +718,7 @@ def test_fault_loop(
 
 def _event(i: int, pad: int = 400) -> EventRecord:
     raw = json.dumps({"i": i, "text": "x" * pad})
-    return EventRecord(i, "s", i, None, "session_update", raw, datetime.now(UTC))
+    return EventRecord(i, "s", i, None, "session_update", raw, time.time())
 
 
 def _sink_ids(path: Path) -> tuple[list[int], int]:

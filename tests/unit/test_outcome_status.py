@@ -4,7 +4,7 @@ batch's results file derive it from the same function."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+import time
 from typing import Any
 
 import pytest
@@ -38,9 +38,9 @@ def _command(state: CommandState, result: dict[str, Any] | None) -> CommandRecor
         max_attempts=3,
         result_json=None if result is None else json.dumps(result),
         error=None if state is CommandState.COMPLETED else "why",
-        created_at=datetime.now(UTC),
-        started_at=None,
-        finished_at=None,
+        created_ts=time.time(),
+        started_ts=None,
+        finished_ts=None,
     )
 
 
