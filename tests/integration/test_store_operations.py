@@ -3,6 +3,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,28 @@ def test_enqueue_assigns_monotonic_seq(store: Store) -> None:
         for i in range(5)
     ]
     assert seqs == [2, 3, 4, 5, 6]
+
+
+def test_the_writers_records_equal_what_a_read_returns(store: Store) -> None:
+    """The writer builds a command's record from its row without the dataclass's
+    constructor, and its times only when asked: the same record as a read builds, with the
+    same UTC times."""
+    sid = _spawn(store).session.id
+    spawned = store.claim_next(sid)
+    assert spawned is not None
+    finished = store.complete(spawned.id, {"stopReason": "end_turn"})
+    queued = store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}, "k").command
+    for written in (finished, queued):
+        read = store.get_command(written.id)
+        assert written == read and hash(written) == hash(read)
+        assert written.created_at == read.created_at
+        assert written.created_at.utcoffset() == timedelta(0)
+        assert abs(written.created_at.timestamp() - written.created_ts) < 1e-6
+    assert finished.started_at is not None and finished.finished_at is not None
+    assert finished.started_at <= finished.finished_at
+    assert queued.started_at is None and queued.finished_at is None
+    with pytest.raises(AttributeError):
+        queued.state = CommandState.RUNNING  # type: ignore[misc]
 
 
 def test_duplicate_prompt_key_returns_first_outcome(store: Store) -> None:
