@@ -95,16 +95,41 @@ class PgRaw:
         return bool(self._conn.info.transaction_status != TransactionStatus.IDLE)
 
 
+# SQLite: rows per multi-row ``INSERT ... VALUES (...), (...)``, largest first. One statement
+# per chunk instead of one execution per row (``executemany`` steps the statement once per
+# row, and an AUTOINCREMENT table's counter is written back after each): about half the
+# time per row for a recorder's burst of events (bench/turn_statements.py's note in
+# docs/benchmarks.md). Few sizes, so the driver's statement cache holds a handful of texts.
+# Fewer than 8 rows (the last few of a burst, a turn's own events) go through
+# ``executemany``: there, building the flat parameters costs what the statement saves.
+_CHUNKS = (64, 32, 16, 8)
+
+
+@functools.cache
+def _multi_row(plain_sql: str, rows: int) -> str:
+    """``plain_sql`` (``INSERT ... VALUES (?, ...)``) with ``rows`` value groups."""
+    group = plain_sql[plain_sql.rindex("VALUES ") + len("VALUES ") :]
+    return plain_sql + f", {group}" * (rows - 1)
+
+
 def insert_many(
     raw: RawConnection, returning_sql: str, plain_sql: str, rows: Sequence[Sequence[Any]]
 ) -> Sequence[int]:
-    """Insert ``rows`` in one ``executemany``; the ids the table gave them, in order. On
-    SQLite the one writer's rows of one statement take consecutive rowids, so the last
-    one says them all (no row is read back); PostgreSQL returns them (``RETURNING``)."""
+    """Insert ``rows``; the ids the table gave them, in order. On SQLite in a few multi-row
+    statements (``_CHUNKS``) and an ``executemany`` for the rest: the one writer's rows take
+    consecutive rowids, so the last one says them all (no row is read back); PostgreSQL
+    returns them (``RETURNING``)."""
     if isinstance(raw, sqlite3.Connection):
-        raw.executemany(plain_sql, rows)
+        start, count = 0, len(rows)
+        for size in _CHUNKS:
+            while count - start >= size:
+                chunk = rows[start : start + size]
+                raw.execute(_multi_row(plain_sql, size), [v for row in chunk for v in row])
+                start += size
+        if start < count:
+            raw.executemany(plain_sql, rows[start:])
         last = int(raw.execute("SELECT last_insert_rowid()").fetchone()[0])
-        return range(last - len(rows) + 1, last + 1)
+        return range(last - count + 1, last + 1)
     assert isinstance(raw, PgRaw)
     return raw.executemany_ids(returning_sql, rows)
 

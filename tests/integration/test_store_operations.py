@@ -226,6 +226,29 @@ def test_an_owners_writes_are_fenced_by_the_statements_that_make_them(store: Sto
     assert store.get_session(sid).state is SessionState.RUNNING
 
 
+@pytest.mark.parametrize("burst", [1, 7, 8, 9, 63, 64, 100, 131])
+def test_a_burst_of_frames_lands_in_order_with_the_ids_the_commit_announces(
+    store: Store, burst: int
+) -> None:
+    """A recorder's burst goes in as a few multi-row statements on SQLite (and the last few
+    rows as one ``executemany``): every frame at its seq, in order, and the global ids the
+    commit hands its listeners are the ones the log gave them."""
+    sid = _spawn(store).session.id
+    announced: list[tuple[int, list[int]]] = []
+    store.watch.appends(
+        lambda appended, _bound: announced.extend(
+            (entry[1], list(entry[5])) for entry in appended if entry[0] == sid
+        )
+    )
+    frames = [("session_update", f'{{"n":{i}}}', None) for i in range(burst)]
+    last = store.write(lambda ctx: ops.append_frames(ctx, sid, None, frames))
+    events = store.events(sid)[-burst:]
+    assert last == events[-1].seq
+    assert [e.payload["n"] for e in events] == list(range(burst))
+    assert [e.seq for e in events] == list(range(last - burst + 1, last + 1))
+    assert announced == [(last - burst + 1, [e.id for e in events])]
+
+
 def test_a_stale_owners_turn_outcome_changes_nothing(store: Store) -> None:
     """``finish_turn`` from an owner that lost the session: refused before anything of it
     stands (no ``turn_ended``, the command still running, the session still in its turn)."""
