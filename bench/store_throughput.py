@@ -55,6 +55,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -209,6 +210,51 @@ def _submitter(
             barrier.abort()
 
 
+def _split(total: int, parts: int) -> list[int]:
+    share, extra = divmod(total, parts)
+    return [share + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _timed_submitters(
+    store: Store, target: Callable[..., None], jobs: Sequence[tuple[Any, int]], label: str
+) -> Run:
+    """One thread per ``(subject, count)`` job running ``target(store, subject, count, tag,
+    barrier, errors)``, all released at once by a barrier; the run from the release to the
+    last thread's end (wall, the process's CPU, the store's commits)."""
+    barrier = threading.Barrier(len(jobs) + 1)
+    errors: list[BaseException] = []
+    threads = [
+        threading.Thread(
+            target=target,
+            args=(store, subject, count, f"{label}{i}", barrier, errors),
+            name=f"bench-{label}-{i}",
+            daemon=True,
+        )
+        for i, (subject, count) in enumerate(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    # Every submitter is parked at the barrier, so nothing is being written now.
+    tx_before, writes_before = store.commit_stats
+    cpu_before = time.process_time()
+    barrier.wait()
+    start = now()
+    for thread in threads:
+        thread.join()
+    elapsed = now() - start
+    cpu = time.process_time() - cpu_before
+    tx_after, writes_after = store.commit_stats
+    if errors:
+        raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
+    return Run(
+        commands=sum(count for _, count in jobs),
+        seconds=elapsed,
+        transactions=tx_after - tx_before,
+        writes=writes_after - writes_before,
+        cpu_seconds=cpu,
+    )
+
+
 def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
     path = os.path.join(workdir, f"store-{submitters}-{uuid.uuid4().hex[:8]}.db")
     store = Store.open(path, StoreOptions(synchronous=Synchronous.FULL))
@@ -217,40 +263,8 @@ def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
             store.spawn(AGENT, workdir, None, None, f"bench-session-{i}").session.id
             for i in range(submitters)
         ]
-        share, extra = divmod(commands, submitters)
-        counts = [share + (1 if i < extra else 0) for i in range(submitters)]
-        barrier = threading.Barrier(submitters + 1)
-        errors: list[BaseException] = []
-        threads = [
-            threading.Thread(
-                target=_submitter,
-                args=(store, sid, n, f"s{i}", barrier, errors),
-                name=f"bench-submitter-{i}",
-                daemon=True,
-            )
-            for i, (sid, n) in enumerate(zip(sessions, counts, strict=True))
-        ]
-        for thread in threads:
-            thread.start()
-        # Every submitter is parked at the barrier, so nothing is being written now.
-        tx_before, writes_before = store.commit_stats
-        cpu_before = time.process_time()
-        barrier.wait()
-        start = now()
-        for thread in threads:
-            thread.join()
-        elapsed = now() - start
-        cpu = time.process_time() - cpu_before
-        tx_after, writes_after = store.commit_stats
-        if errors:
-            raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
-        return Run(
-            commands=sum(counts),
-            seconds=elapsed,
-            transactions=tx_after - tx_before,
-            writes=writes_after - writes_before,
-            cpu_seconds=cpu,
-        )
+        jobs = list(zip(sessions, _split(commands, submitters), strict=True))
+        return _timed_submitters(store, _submitter, jobs, "s")
     finally:
         store.close()
         _remove_db(path)
@@ -303,39 +317,8 @@ def run_turn_life(workdir: str, submitters: int, turns_total: int) -> Run:
     store = Store.open(path, StoreOptions(synchronous=Synchronous.FULL))
     try:
         sessions = [idle_session(store, workdir, str(i)) for i in range(submitters)]
-        share, extra = divmod(turns_total, submitters)
-        counts = [share + (1 if i < extra else 0) for i in range(submitters)]
-        barrier = threading.Barrier(submitters + 1)
-        errors: list[BaseException] = []
-        threads = [
-            threading.Thread(
-                target=_turn_submitter,
-                args=(store, session, n, f"t{i}", barrier, errors),
-                name=f"bench-turns-{i}",
-                daemon=True,
-            )
-            for i, (session, n) in enumerate(zip(sessions, counts, strict=True))
-        ]
-        for thread in threads:
-            thread.start()
-        tx_before, writes_before = store.commit_stats
-        cpu_before = time.process_time()
-        barrier.wait()
-        start = now()
-        for thread in threads:
-            thread.join()
-        elapsed = now() - start
-        cpu = time.process_time() - cpu_before
-        tx_after, writes_after = store.commit_stats
-        if errors:
-            raise RuntimeError(f"{len(errors)} turn submitter(s) failed") from errors[0]
-        return Run(
-            commands=sum(counts),
-            seconds=elapsed,
-            transactions=tx_after - tx_before,
-            writes=writes_after - writes_before,
-            cpu_seconds=cpu,
-        )
+        jobs = list(zip(sessions, _split(turns_total, submitters), strict=True))
+        return _timed_submitters(store, _turn_submitter, jobs, "t")
     finally:
         store.close()
         _remove_db(path)
