@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from protocol.agent.types import Pulling, Recorder
 
@@ -67,6 +67,10 @@ class FrameRouter:
         self.shared = shared
         self._by_acp_id: dict[str, Recorder] = {}
         self._sessions: list[Recorder] = []  # every attached session, with an id or not
+        # Whether every attached recorder is a ``Pulling`` one, decided at attach: a
+        # runtime-checkable protocol's ``isinstance`` walks its members each time, and
+        # ``holding`` is asked at every chunk the tap reads.
+        self._all_pulling = True
         self._replaying: set[int] = set()  # id() of recorders whose load is replaying
         self._trailing: dict[int, _Trailing] = {}  # by id() of the recorder
         self._held: dict[str, Frames] = {}
@@ -74,6 +78,7 @@ class FrameRouter:
 
     def attach(self, recorder: Recorder) -> None:
         self._sessions.append(recorder)
+        self._all_pulling = all(isinstance(r, Pulling) for r in self._sessions)
 
     def bind(self, acp_session_id: str, recorder: Recorder) -> None:
         """The session's ACP id is known: its frames (and those held for it) go to it."""
@@ -85,6 +90,7 @@ class FrameRouter:
     def detach(self, recorder: Recorder) -> None:
         if recorder in self._sessions:
             self._sessions.remove(recorder)
+            self._all_pulling = all(isinstance(r, Pulling) for r in self._sessions)
         for acp_id in [k for k, r in self._by_acp_id.items() if r is recorder]:
             del self._by_acp_id[acp_id]
         self._replaying.discard(id(recorder))
@@ -159,8 +165,10 @@ class FrameRouter:
     def holding(self) -> bool:
         """Every attached session's recorder holds what it is handed now until an event of
         its own (the raw tap's cue to pause reading)."""
-        return bool(self._sessions) and all(
-            isinstance(r, Pulling) and r.holding for r in self._sessions
+        return (
+            bool(self._sessions)
+            and self._all_pulling
+            and all(cast(Pulling, r).holding for r in self._sessions)
         )
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
