@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from acp.schema import InitializeResponse
+
+from actors.session.agent_start import call_while_working
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
+from protocol.agent.connection import AgentConnection
 from protocol.loop import ProtocolLoop
 from state_machines import StoreError
 from store import CommittedEvent, EventRecord, SessionRecord, Store, ops, queries
@@ -69,6 +73,18 @@ class FrontEndServices:
         """Run ``coro`` on the protocol loop (where agent connections live) and wait for
         it from this thread. Never call it from the loop itself."""
         return self._loop.call(coro, timeout)
+
+    def start_agent_on_loop(self, conn: AgentConnection, label: str) -> InitializeResponse:
+        """Start ``conn``'s agent (spawn + ``initialize``) on the protocol loop, with the
+        patience a session's start has: ``timeouts.agent_start_s``, given again to an agent
+        that keeps using CPU (``actors/session/agent_start.py``; a start on a busy host is
+        slow, not hung). ``TimeoutError`` when it is hung or never done."""
+        return cast(
+            InitializeResponse,
+            call_while_working(
+                self._loop, conn.start(), self.settings.agent_start_timeout_s, conn, label
+            ),
+        )
 
     def token_by_digest(self, secret_sha256: str) -> TokenRecord | None:
         """The active access token whose secret has this digest (``control_plane/tokens.py``)."""

@@ -89,13 +89,14 @@ def start_agent(
     timeout = settings.agent_start_timeout_s
     try:
         with deps.starts:  # the start timeout counts from here, not from the queue
-            init = call_while_working(loop, conn.start(), timeout, conn, session.id)
+            whose = f"session {session.id}"
+            init = call_while_working(loop, conn.start(), timeout, conn, whose)
             if session.acp_session_id:
                 restoring = conn.restore_session(session.acp_session_id, mcp_servers)
-                opened = call_while_working(loop, restoring, timeout, conn, session.id)
+                opened = call_while_working(loop, restoring, timeout, conn, whose)
             else:
                 creating = conn.new_session(mcp_servers)
-                opened = call_while_working(loop, creating, timeout, conn, session.id)
+                opened = call_while_working(loop, creating, timeout, conn, whose)
     except (AgentStartFailed, AgentProtocolError, TimeoutError) as exc:
         telemetry.AGENT_STARTS.labels("failed").inc()
         if not deps.stopping.is_set():  # a start cut short by the shutdown is no failure
@@ -138,10 +139,11 @@ WORKING_CPU_SHARE = 0.02
 
 
 def call_while_working(
-    loop: ProtocolLoop, coro: Any, timeout: float, conn: AgentConnection, session_id: str
+    loop: ProtocolLoop, coro: Any, timeout: float, conn: AgentConnection, whose: str
 ) -> Any:
     """``loop.call(coro, timeout)`` for a step of an agent's start, with patience for an
-    agent that works but slowly (see ``START_PATIENCE``); ``TimeoutError`` saying which."""
+    agent that works but slowly (see ``START_PATIENCE``); ``TimeoutError`` saying which.
+    ``whose``: the start's owner in the log (``session <id>``, serve's probe)."""
     future = loop.submit(coro)
     # Before the spawn there is no tree yet: all the CPU it uses then is this step's.
     before = _tree_cpu(conn) or {}
@@ -165,9 +167,9 @@ def call_while_working(
                 f"working ({START_PATIENCE} x timeouts.agent_start_s)"
             )
         log.info(
-            "session %s: the agent is still starting after %g s (%.2f s of CPU in the last "
+            "%s: the agent is still starting after %g s (%.2f s of CPU in the last "
             "%g s): waiting %g s more",
-            session_id,
+            whose,
             waited * timeout,
             used,
             timeout,

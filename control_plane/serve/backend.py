@@ -33,10 +33,9 @@ class BackendProbe:
         cached = self.cp.agent_capabilities(self.agent.command)
         if cached is not None:
             return cached
-        settings = self.cp.settings
         conn = self._connection("capability-probe")
         try:
-            init = self.cp.run_on_loop(conn.start(), settings.agent_start_timeout_s)
+            init = self.cp.start_agent_on_loop(conn, "serve's capability probe")
         except ControlPlaneError as exc:
             log.warning("backend agent did not start for the capability probe: %s", exc)
             return {}
@@ -60,7 +59,7 @@ class BackendProbe:
         settings = self.cp.settings
         conn = self._connection("authenticate")
         try:
-            self.cp.run_on_loop(conn.start(), settings.agent_start_timeout_s)
+            self.cp.start_agent_on_loop(conn, "serve's authenticate")
             # A login may wait for a person (a browser flow): as long as a turn may take.
             return self.cp.run_on_loop(conn.authenticate(method_id), settings.turn_timeout_s)
         except ControlPlaneError as exc:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from control_plane import CommandState, ControlPlane
+from control_plane.serve.backend import BackendProbe
 from store import AgentSpec
 from tests.support.cp_harness import open_cp
 
@@ -48,6 +49,22 @@ def test_a_start_that_keeps_working_past_the_timeout_is_waited_for(tmp_path: Pat
         assert outcome.state is CommandState.COMPLETED, _start_errors(cp, spawned.session.id)
         assert _start_errors(cp, spawned.session.id) == []
         assert "agent_started" in [e.kind for e in cp.events(spawned.session.id)]
+
+
+@pytest.mark.timeout(90)
+def test_serves_own_agent_start_has_the_same_patience(tmp_path: Path) -> None:
+    """``acpctl serve``'s capability probe (the agent start behind a client's first
+    ``initialize`` on a fresh store) waits for an agent that keeps working past the timeout,
+    as a session's start does, and answers with what the agent said."""
+    spin = "import time\nend = time.time() + 4.0\nwhile time.time() < end: pass"
+    agent = _agent_after(shlex.join([sys.executable, "-c", spin]))
+    with open_cp(tmp_path, agent_start_timeout_s=3.0, agent_nice=0) as cp:
+        assert cp.agent_capabilities(agent.command) is None  # the probe has to start it
+        started = time.monotonic()
+        answer = BackendProbe(cp, agent).initialize()
+        assert time.monotonic() - started > 3.0  # it did run past one timeout
+        assert answer.get("protocolVersion") == 1, answer
+        assert cp.agent_capabilities(agent.command) == answer
 
 
 def _failed_start(tmp_path: Path, agent: AgentSpec, **settings: Any) -> tuple[str, float]:
