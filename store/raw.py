@@ -97,9 +97,9 @@ class PgRaw:
 
 # SQLite: rows per multi-row ``INSERT ... VALUES (...), (...)``, largest first. One statement
 # per chunk instead of one execution per row (``executemany`` steps the statement once per
-# row, and an AUTOINCREMENT table's counter is written back after each): about half the
-# time per row for a recorder's burst of events (bench/turn_statements.py's note in
-# docs/benchmarks.md). Few sizes, so the driver's statement cache holds a handful of texts.
+# row, and an AUTOINCREMENT table's counter is written back at the end of each): about half
+# the time per row for a recorder's burst of events (docs/benchmarks.md, the nineteenth
+# session). Few sizes, so the driver's statement cache holds a handful of texts.
 # Fewer than 8 rows (the last few of a burst, a turn's own events) go through
 # ``executemany``: there, building the flat parameters costs what the statement saves.
 _CHUNKS = (64, 32, 16, 8)
