@@ -47,7 +47,7 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool, str | None], str] = {}
+_SESSION_TRANSITION_SQL: dict[tuple[tuple[str, ...], int, bool, str | None, bool], str] = {}
 
 
 def _sources_to(event: SessionEvent, target: SessionState) -> tuple[str, ...]:
@@ -93,11 +93,30 @@ def transition_session(
     return _transition(driver_of(conn), session_id, event, epoch, values, None)[0]
 
 
-def end_turn(raw: RawConnection, session_id: str, epoch: int) -> bool:
-    """``TURN_ENDED`` for the session's owner at ``epoch``; returns whether a command is
-    queued for it, read by the same statement (a turn's end needs both)."""
-    _, row = _transition(raw, session_id, SessionEvent.TURN_ENDED, epoch, {}, hot.HAS_QUEUED_HERE)
-    return bool(row[0])
+def start_turn_with_event(raw: RawConnection, session_id: str, epoch: int) -> int:
+    """``TURN_STARTED`` for the owner at ``epoch``, with the seq of the turn's ``prompt``
+    event taken by the same statement (the session's row updated once, not twice); returns
+    that seq. The caller inserts the event at it (``events.write_event``)."""
+    _, row = _transition(
+        raw, session_id, SessionEvent.TURN_STARTED, epoch, {}, "last_event_seq", event_seqs=True
+    )
+    return int(row[0])
+
+
+def end_turn_with_event(raw: RawConnection, session_id: str, epoch: int) -> tuple[int, bool]:
+    """``TURN_ENDED`` for the owner at ``epoch``, with the seq of the turn's ``turn_ended``
+    event and whether a command is queued for the session read by the same statement (a
+    turn's end needs all three): ``(that seq, queued)``."""
+    _, row = _transition(
+        raw,
+        session_id,
+        SessionEvent.TURN_ENDED,
+        epoch,
+        {},
+        f"last_event_seq, {hot.HAS_QUEUED_HERE}",
+        event_seqs=True,
+    )
+    return int(row[0]), bool(row[1])
 
 
 def _transition(
@@ -107,9 +126,11 @@ def _transition(
     epoch: int | None,
     values: dict[str, Any],
     returning: str | None,
+    event_seqs: bool = False,
 ) -> tuple[SessionState, Any]:
     """The guarded UPDATE of ``transition_session``; with ``returning``, also what that
-    expression gives for the updated row."""
+    expression gives for the updated row. ``event_seqs``: the same UPDATE takes one event
+    seq (``last_event_seq`` + 1) for an event the caller appends in this transaction."""
     guard = _one_target_guard(event)
     if guard is None:  # the target depends on the state: read it first
         row = raw.execute(hot.SESSION_STATE, (session_id,)).fetchone()
@@ -119,10 +140,12 @@ def _transition(
         allowed = _sources_to(event, target)
     else:  # the guard alone decides; a refusal reads the row below to say why
         target, allowed = guard
-    key = (tuple(values), len(allowed), epoch is not None, returning)
+    key = (tuple(values), len(allowed), epoch is not None, returning, event_seqs)
     sql = _SESSION_TRANSITION_SQL.get(key)
     if sql is None:
         sets = ", ".join(f"{name} = ?" for name in ("state", "updated_at", *values))
+        if event_seqs:
+            sets += ", last_event_seq = last_event_seq + 1"
         marks = ", ".join("?" for _ in allowed)
         fence = " AND epoch = ?" if epoch is not None else ""
         sql = f"UPDATE sessions SET {sets} WHERE id = ? AND state IN ({marks}){fence}"

@@ -34,11 +34,32 @@ def insert_events(
 ) -> list[EventRecord]:
     if not new:
         return []
-    texts = [e.payload_text() for e in new]
-    raw = ctx.raw
+    texts = [e.payload_text() for e in new]  # before the seqs: a payload that fails takes none
     last, state = _next_seqs(ctx, session_id, len(new), epoch)
     if refuse_closed and state == SessionState.CLOSED.value:
         raise SessionClosed(session_id)  # the savepoint undoes the seq bump
+    return _write(ctx, session_id, command_id, new, texts, last)
+
+
+def write_event(
+    ctx: WriteContext, session_id: str, command_id: str | None, event: NewEvent, seq: int
+) -> EventRecord:
+    """Insert ``event`` at ``seq``, which a statement of the caller's took in this
+    transaction (a turn's start or end: ``_shared.start_turn_with_event``,
+    ``end_turn_with_event``), with what ``append_events`` records for the feeds."""
+    (record,) = _write(ctx, session_id, command_id, [event], [event.payload_text()], seq)
+    return record
+
+
+def _write(
+    ctx: WriteContext,
+    session_id: str,
+    command_id: str | None,
+    new: Sequence[NewEvent],
+    texts: Sequence[str],
+    last: int,
+) -> list[EventRecord]:
+    raw = ctx.raw
     first = last - len(new) + 1
     now = time.time()
     appended: list[EventRecord] = []

@@ -18,7 +18,12 @@ from store import hot_sql as hot
 from store import queries
 from store.ops import commands, events, fencing
 from store.ops import sessions as session_ops
-from store.ops._shared import end_turn, transition_command, transition_session
+from store.ops._shared import (
+    end_turn_with_event,
+    start_turn_with_event,
+    transition_command,
+    transition_session,
+)
 from store.records import CommandKind, CommandRecord, NewEvent
 from store.schema import sessions
 from store.writer import WriteContext
@@ -66,12 +71,13 @@ def begin_next(
             nxt = commands.claim_next(ctx, session_id)
             assert nxt is not None
             claimed.append(nxt)
-        transition_session(ctx.conn, session_id, SessionEvent.TURN_STARTED, epoch=epoch)
+        # The session to running and the prompt event's seq in one UPDATE of its row.
+        seq = start_turn_with_event(ctx.raw, session_id, epoch)
         content = [block for cmd in claimed for block in cmd.payload.get("content", [])]
         payload: dict[str, Any] = {"commandId": first.id, "content": content}
         if len(claimed) > 1:
             payload["commandIds"] = [c.id for c in claimed]
-        events.append_events(ctx, session_id, first.id, [NewEvent(EventKind.PROMPT, payload)])
+        events.write_event(ctx, session_id, first.id, NewEvent(EventKind.PROMPT, payload), seq)
     return claimed
 
 
@@ -167,22 +173,15 @@ def finish_turn(
     """Record the turn's outcome on every command it served and return the session to idle.
     Returns whether a command is queued for the session (read in this transaction: the
     actor knows whether to look for work without a read of its own)."""
-    events.append_events(  # first, and fenced: a stale owner's outcome goes no further
-        ctx,
-        session_id,
-        command_ids[0],
-        [
-            NewEvent(
-                EventKind.TURN_ENDED,
-                {
-                    "commandId": command_ids[0],
-                    "stopReason": outcome.get("stopReason"),
-                    "usage": outcome.get("usage"),
-                },
-            )
-        ],
-        epoch=epoch,
-    )
+    # First, and fenced: a stale owner's outcome goes no further. The session back to idle,
+    # the turn_ended event's seq and whether anything is queued, in one UPDATE of its row.
+    seq, queued = end_turn_with_event(ctx.raw, session_id, epoch)
+    ended = {
+        "commandId": command_ids[0],
+        "stopReason": outcome.get("stopReason"),
+        "usage": outcome.get("usage"),
+    }
+    events.write_event(ctx, session_id, command_ids[0], NewEvent(EventKind.TURN_ENDED, ended), seq)
     for command_id in command_ids:
         if final is CommandState.COMPLETED:
             commands.complete(ctx, command_id, outcome)
@@ -191,7 +190,7 @@ def finish_turn(
             commands.cancel_command(ctx, command_id, why, result=outcome)
         else:
             commands.fail(ctx, command_id, error or "failed", result=outcome)
-    return end_turn(ctx.raw, session_id, epoch)
+    return queued
 
 
 def fail_turn(
