@@ -48,7 +48,6 @@ if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not 
 from bench._common import (  # noqa: E402
     machine_info,
     median,
-    now,
     positive_int,
     positive_int_list,
     progress,
@@ -61,6 +60,8 @@ from bench.store_throughput import (  # noqa: E402
     _remove_db,
     run_baseline,
     run_control_plane,
+    split,
+    timed_submitters,
 )
 from store import Store, StoreOptions, Synchronous  # noqa: E402
 from store import hot_sql as hot  # noqa: E402
@@ -193,28 +194,10 @@ def run_floor(workdir: str, submitters: int, commands: int) -> Run:
     store.close()  # the schema and sessions stay; the floor writes with its own connection
     writer = MinimalGroupCommit(path)
     try:
-        share, extra = divmod(commands, submitters)
-        counts = [share + (1 if i < extra else 0) for i in range(submitters)]
-        barrier = threading.Barrier(submitters + 1)
-        errors: list[BaseException] = []
-        threads = [
-            threading.Thread(
-                target=_submitter, args=(writer, sid, n, f"f{i}", barrier, errors), daemon=True
-            )
-            for i, (sid, n) in enumerate(zip(sessions, counts, strict=True))
-        ]
-        for thread in threads:
-            thread.start()
-        cpu_before = time.process_time()
-        barrier.wait()
-        start = now()
-        for thread in threads:
-            thread.join()
-        elapsed = now() - start
-        cpu = time.process_time() - cpu_before
-        if errors:
-            raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
-        return Run(sum(counts), elapsed, writer.transactions, writer.writes, cpu)
+        jobs = list(zip(sessions, split(commands, submitters), strict=True))
+        return timed_submitters(
+            writer, _submitter, jobs, "f", lambda: (writer.transactions, writer.writes)
+        )
     finally:
         writer.close()
         _remove_db(path)

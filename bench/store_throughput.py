@@ -210,23 +210,29 @@ def _submitter(
             barrier.abort()
 
 
-def _split(total: int, parts: int) -> list[int]:
+def split(total: int, parts: int) -> list[int]:
+    """``total`` shared out over ``parts`` as evenly as it goes."""
     share, extra = divmod(total, parts)
     return [share + (1 if i < extra else 0) for i in range(parts)]
 
 
-def _timed_submitters(
-    store: Store, target: Callable[..., None], jobs: Sequence[tuple[Any, int]], label: str
+def timed_submitters(
+    through: Any,
+    target: Callable[..., None],
+    jobs: Sequence[tuple[Any, int]],
+    label: str,
+    commit_stats: Callable[[], tuple[int, int]],
 ) -> Run:
-    """One thread per ``(subject, count)`` job running ``target(store, subject, count, tag,
-    barrier, errors)``, all released at once by a barrier; the run from the release to the
-    last thread's end (wall, the process's CPU, the store's commits)."""
+    """One thread per ``(subject, count)`` job running ``target(through, subject, count,
+    tag, barrier, errors)`` (``through``: the store, or the floor's writer), all released at
+    once by a barrier; the run from the release to the last thread's end: wall time, the
+    process's CPU, and the transactions and writes ``commit_stats()`` counted meanwhile."""
     barrier = threading.Barrier(len(jobs) + 1)
     errors: list[BaseException] = []
     threads = [
         threading.Thread(
             target=target,
-            args=(store, subject, count, f"{label}{i}", barrier, errors),
+            args=(through, subject, count, f"{label}{i}", barrier, errors),
             name=f"bench-{label}-{i}",
             daemon=True,
         )
@@ -235,7 +241,7 @@ def _timed_submitters(
     for thread in threads:
         thread.start()
     # Every submitter is parked at the barrier, so nothing is being written now.
-    tx_before, writes_before = store.commit_stats
+    tx_before, writes_before = commit_stats()
     cpu_before = time.process_time()
     barrier.wait()
     start = now()
@@ -243,7 +249,7 @@ def _timed_submitters(
         thread.join()
     elapsed = now() - start
     cpu = time.process_time() - cpu_before
-    tx_after, writes_after = store.commit_stats
+    tx_after, writes_after = commit_stats()
     if errors:
         raise RuntimeError(f"{len(errors)} submitter(s) failed") from errors[0]
     return Run(
@@ -263,8 +269,8 @@ def run_control_plane(workdir: str, submitters: int, commands: int) -> Run:
             store.spawn(AGENT, workdir, None, None, f"bench-session-{i}").session.id
             for i in range(submitters)
         ]
-        jobs = list(zip(sessions, _split(commands, submitters), strict=True))
-        return _timed_submitters(store, _submitter, jobs, "s")
+        jobs = list(zip(sessions, split(commands, submitters), strict=True))
+        return timed_submitters(store, _submitter, jobs, "s", lambda: store.commit_stats)
     finally:
         store.close()
         _remove_db(path)
@@ -317,8 +323,8 @@ def run_turn_life(workdir: str, submitters: int, turns_total: int) -> Run:
     store = Store.open(path, StoreOptions(synchronous=Synchronous.FULL))
     try:
         sessions = [idle_session(store, workdir, str(i)) for i in range(submitters)]
-        jobs = list(zip(sessions, _split(turns_total, submitters), strict=True))
-        return _timed_submitters(store, _turn_submitter, jobs, "t")
+        jobs = list(zip(sessions, split(turns_total, submitters), strict=True))
+        return timed_submitters(store, _turn_submitter, jobs, "t", lambda: store.commit_stats)
     finally:
         store.close()
         _remove_db(path)

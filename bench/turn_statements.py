@@ -43,7 +43,7 @@ from bench._common import machine_info, median, positive_int  # noqa: E402
 from bench.store_throughput import PAYLOAD, RESULT, idle_session  # noqa: E402
 from state_machines import CommandState  # noqa: E402
 from store import Store, StoreOptions, Synchronous, ops  # noqa: E402
-from store.ops import _shared, turns  # noqa: E402
+from store.ops import turns  # noqa: E402
 from store.writer import WriteContext  # noqa: E402
 
 
@@ -124,14 +124,7 @@ def measure(workdir: str, rounds: int, count: int) -> dict[str, Any]:
             def run_timed(ctx: WriteContext, r: int = r, spent: Spent = spent) -> float:
                 timed_raw: Any = _TimedRaw(ctx.raw, spent, calls)
                 ctx.raw = timed_raw
-                # A session transition takes the driver from the SQLAlchemy connection
-                # (``driver_of``), not from the context: it gets the proxy too.
-                driver_of = _shared.driver_of
-                _shared.driver_of = lambda conn: timed_raw
-                try:
-                    return _turns(ctx, session, count, f"t{r}")
-                finally:
-                    _shared.driver_of = driver_of
+                return _turns(ctx, session, count, f"t{r}")
 
             timed.append(store.write(run_timed))
             per_round.append(spent)
