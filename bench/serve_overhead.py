@@ -264,14 +264,23 @@ def commits_so_far(port: int) -> float | None:
     return None
 
 
+# More ``[limits]`` for the measured serve processes (``--limit KEY=VALUE``, for A/Bs).
+EXTRA_LIMITS: dict[str, float] = {}
+
+
 def serve_env(workdir: str, read_coalesce_ms: float | None) -> dict[str, str]:
     """The environment of the measured serve processes: no user configuration, and
-    ``[limits] read_coalesce_ms`` when the command line sets it (an A/B of that setting)."""
+    ``[limits] read_coalesce_ms`` (and any ``--limit``) when the command line sets it (an
+    A/B of that setting)."""
     env = child_env(workdir)
+    limits = dict(EXTRA_LIMITS)
     if read_coalesce_ms is not None:
+        limits["read_coalesce_ms"] = read_coalesce_ms
+    if limits:
         config = os.path.join(workdir, "serve-limits.toml")
         with open(config, "w", encoding="utf-8") as fh:
-            fh.write(f"[limits]\nread_coalesce_ms = {read_coalesce_ms}\n")
+            fh.write("[limits]\n")
+            fh.writelines(f"{key} = {value}\n" for key, value in limits.items())
         env["ACPCTL_CONFIG"] = config
     return env
 
@@ -764,6 +773,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "0 reads every write of the agent at once)",
     )
     parser.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one more of serve's [limits] for the turns, e.g. record_interval_ms=0 (repeatable)",
+    )
+    parser.add_argument(
         "--real-agent",
         choices=("claude", "codex", "gemini"),
         default=None,
@@ -788,6 +804,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dir is not None and not os.path.isdir(args.dir):
         print(f"--dir {args.dir}: no such directory", file=sys.stderr)
         return 2
+    for item in args.limit:
+        key, sep, value = item.partition("=")
+        try:
+            EXTRA_LIMITS[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            print(f"--limit {item}: expected KEY=NUMBER", file=sys.stderr)
+            return 2
     workdir = tempfile.mkdtemp(prefix="acp-serve-bench-", dir=args.dir)
     try:
         ready = asyncio.run(measure_ready(workdir, args.ready_rounds, args.real_agent))
@@ -809,6 +834,7 @@ def main(argv: list[str] | None = None) -> int:
             "jobs": args.jobs,
             "skip_batch": args.skip_batch,
             "read_coalesce_ms": args.read_coalesce_ms,
+            "limits": dict(EXTRA_LIMITS),
             "dir": workdir,
         },
         "machine": machine_info(),
