@@ -22,6 +22,7 @@ from store.schema import bindings, commands, delivery_checkpoints, events, sessi
 # State literals come from the enums and the transition table, never typed into the SQL.
 _QUEUED = CommandState.QUEUED.value
 _CLOSED = SessionState.CLOSED.value
+_IDLE = SessionState.IDLE.value
 (_CLAIMED,) = (s.value for s in COMMAND_MACHINE.targets(CommandEvent.CLAIM))
 (_CLAIMABLE,) = (s.value for s in COMMAND_MACHINE.sources(CommandEvent.CLAIM))
 
@@ -50,23 +51,19 @@ SESSION_WORK = (
     "SELECT s.state, EXISTS (SELECT 1 FROM commands c WHERE c.session_id = s.id "
     f"AND c.state = '{_QUEUED}') FROM sessions s WHERE s.id = ?"
 )
-# What a prompt claimed as it is queued checks in that transaction: the session's epoch
-# (its live owner's), its state, and the head of its queue (in CLAIM_NEXT's order).
-CLAIM_TERMS = (
-    "SELECT s.epoch, s.state, (SELECT c.id FROM commands c WHERE c.session_id = s.id "
-    f"AND c.state = '{_QUEUED}' ORDER BY c.priority DESC, c.seq LIMIT 1) "
-    "FROM sessions s WHERE s.id = ?"
-)
 # Whether anything is queued, read in the transaction that records a turn's outcome: by
 # the UPDATE that ends the turn, as its RETURNING expression (of the updated session row).
 HAS_QUEUED_HERE = (
     f"EXISTS (SELECT 1 FROM commands c WHERE c.session_id = sessions.id AND c.state = '{_QUEUED}')"
 )
-# What queueing a prompt reads first: the session's queue mode, and whether a budget
-# stopped it (no usage row yet: not stopped).
-PROMPT_TERMS = (
-    "SELECT s.queue_mode, u.stopped_by FROM sessions s "
-    "LEFT JOIN session_usage u ON u.session_id = s.id WHERE s.id = ?"
+# Queueing a prompt: its seq taken (as NEXT_COMMAND_SEQ) and, in the same statement, what
+# decides the rest: the session's queue mode and whether a budget stopped it (no usage row
+# yet: not stopped). A prompt refused after it (a budget's stop) raises, and the write's
+# rollback gives the seq back.
+PROMPT_SEQ_AND_TERMS = (
+    "UPDATE sessions SET last_command_seq = last_command_seq + 1 "
+    f"WHERE id = ? AND state != '{_CLOSED}' RETURNING last_command_seq, queue_mode, "
+    "(SELECT u.stopped_by FROM session_usage u WHERE u.session_id = sessions.id)"
 )
 # What decides which budgets apply to a session, read at every turn's end.
 SESSION_BUDGET_FACTS = "SELECT metadata, parent_id FROM sessions WHERE id = ?"
@@ -76,6 +73,16 @@ CLAIM_NEXT = (
     "updated_at = ? WHERE id = (SELECT id FROM commands WHERE session_id = ? "
     f"AND state = '{_CLAIMABLE}' ORDER BY priority DESC, seq LIMIT 1) "
     f"RETURNING {_CMD_COLS}"
+)
+# A prompt claimed in the transaction that queued it (a claim offer's write), in one
+# statement: claimed only if it is the head of its session's queue (in CLAIM_NEXT's order)
+# and the session is idle at its live owner's epoch; otherwise no row and nothing changed.
+CLAIM_SUBMITTED = (
+    f"UPDATE commands SET state = '{_CLAIMED}', attempts = attempts + 1, started_at = ?, "
+    f"updated_at = ? WHERE id = ? AND state = '{_CLAIMABLE}' AND id = (SELECT c.id FROM "
+    f"commands c WHERE c.session_id = ? AND c.state = '{_CLAIMABLE}' "
+    "ORDER BY c.priority DESC, c.seq LIMIT 1) AND EXISTS (SELECT 1 FROM sessions s "
+    f"WHERE s.id = ? AND s.epoch = ? AND s.state = '{_IDLE}') RETURNING {_CMD_COLS}"
 )
 NEXT_EVENT_SEQ = (
     "UPDATE sessions SET last_event_seq = last_event_seq + ? WHERE id = ? "

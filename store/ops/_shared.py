@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
-import uuid
 from typing import Any
 
 from sqlalchemy import Connection
@@ -40,7 +40,13 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    """A random (version 4) UUID's text, as ``str(uuid.uuid4())`` writes it, without the
+    ``UUID`` object: 4.1 -> 1.7 µs here, and every command and session takes one."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def compact_json(value: Any) -> str:
@@ -195,19 +201,24 @@ def insert_command(
     idempotency_key: str | None,
     max_attempts: int,
     priority: int = 0,
+    seq: int | None = None,
 ) -> CommandRecord:
+    """Insert a queued command at ``seq`` (taken from the session in this transaction by
+    the caller) or, without one, at the session's next command seq."""
     raw = ctx.raw
-    row = raw.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
-    if row is None:
-        if not hot.session_exists(raw, session_id):
-            raise SessionNotFound(session_id)
-        raise SessionClosed(session_id)
+    if seq is None:
+        row = raw.execute(hot.NEXT_COMMAND_SEQ, (session_id,)).fetchone()
+        if row is None:
+            if not hot.session_exists(raw, session_id):
+                raise SessionNotFound(session_id)
+            raise SessionClosed(session_id)
+        seq = int(row[0])
     now = time.time()
     payload_text, digest = canonical_payload(kind.value, payload)
     record = hot.queued_command_row(
         new_id(),
         session_id,
-        row[0],
+        seq,
         kind.value,
         payload_text,
         idempotency_key,

@@ -15,6 +15,7 @@ from state_machines import (
     CommandState,
     IdempotencyConflict,
     QueueMode,
+    SessionClosed,
     SessionEvent,
     SessionNotFound,
     SessionState,
@@ -60,11 +61,13 @@ def enqueue(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     priority: int = 0,
     key_is_new: bool = False,
+    seq: int | None = None,
 ) -> EnqueueResult:
     """Queue a command at the session's next seq. A known key with the same kind and payload
     returns the original command (with its outcome once final); with another, a conflict.
     A closed session refuses new commands (``SessionClosed``). ``key_is_new``: the caller
-    looked the key up in this transaction and found nothing, so it is not looked up again."""
+    looked the key up in this transaction and found nothing, so it is not looked up again.
+    ``seq``: the caller took the command's seq from the session in this transaction."""
     if idempotency_key is not None and not key_is_new:
         row = ctx.raw.execute(hot.COMMAND_BY_KEY, (session_id, idempotency_key)).fetchone()
         if row is not None:
@@ -74,7 +77,7 @@ def enqueue(
             assert existing is not None
             return EnqueueResult(hot.command_from_tuple(existing), created=False)
     command = insert_command(
-        ctx, session_id, kind, payload, idempotency_key, max_attempts, priority
+        ctx, session_id, kind, payload, idempotency_key, max_attempts, priority, seq
     )
     fault_point("enqueue.after_insert")
     return EnqueueResult(command, created=True)
@@ -186,15 +189,19 @@ def submit_prompt(
     """Queue a prompt under a queue mode (the session's own unless ``mode`` is given); returns
     the command and whether the running turn must be told to cancel. A retry (a key seen
     before) returns the first command and cancels nothing, whatever the mode."""
-    # The queue mode and the budget's stop in one read (both are needed on every prompt).
-    terms = ctx.raw.execute(hot.PROMPT_TERMS, (session_id,)).fetchone()
-    if terms is None:
-        raise SessionNotFound(session_id)
-    effective = mode or QueueMode(terms[0])
     if find_by_key(ctx, session_id, idempotency_key) is not None:
         retried = enqueue(ctx, session_id, CommandKind.PROMPT, payload, idempotency_key)
         return retried.command, False
-    raise_if_stopped(session_id, terms[1])
+    # The new prompt's seq, the queue mode and the budget's stop in one statement (all are
+    # needed on every new prompt); a refusal below raises and the rollback returns the seq.
+    terms = ctx.raw.execute(hot.PROMPT_SEQ_AND_TERMS, (session_id,)).fetchone()
+    if terms is None:
+        if not hot.session_exists(ctx.raw, session_id):
+            raise SessionNotFound(session_id)
+        raise SessionClosed(session_id)
+    seq, queue_mode, stopped_by = terms
+    effective = mode or QueueMode(queue_mode)
+    raise_if_stopped(session_id, stopped_by)
     if effective is QueueMode.INTERRUPT:
         cancel(ctx, session_id, include_queued=True)
     elif effective is QueueMode.STEER:
@@ -208,6 +215,7 @@ def submit_prompt(
         idempotency_key,
         priority=priority,
         key_is_new=True,  # looked up above, in this transaction
+        seq=seq,
     ).command
     return command, effective in (QueueMode.STEER, QueueMode.INTERRUPT)
 

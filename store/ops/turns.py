@@ -36,7 +36,6 @@ def begin_next(
     collect: bool,
     max_running_children: int | None = None,
     context_kept: bool = False,
-    fenced: bool = False,
 ) -> list[CommandRecord]:
     """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
     merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``.
@@ -45,18 +44,28 @@ def begin_next(
 
     ``context_kept``: the agent was restored with its conversation (resumed or loaded), so
     a prompt a crash interrupted is already in it: such a prompt is not sent again but ends
-    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed.
-
-    ``fenced``: the caller already read the session's epoch in this transaction (a claim
-    offer's terms), so it is not read again."""
-    if not fenced:
-        fencing.check_epoch(ctx.conn, session_id, epoch)
+    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed."""
+    fencing.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
         and queries.siblings_running(ctx.raw, session_id) >= max_running_children
     ):
         return []
-    first = commands.claim_next(ctx, session_id)
+    return _start_claimed(
+        ctx, session_id, epoch, commands.claim_next(ctx, session_id), collect, context_kept
+    )
+
+
+def _start_claimed(
+    ctx: WriteContext,
+    session_id: str,
+    epoch: int,
+    first: CommandRecord | None,
+    collect: bool,
+    context_kept: bool,
+) -> list[CommandRecord]:
+    """``begin_next`` once its first claim is made: past prompts already in a restored
+    conversation, the collected prompts, and a prompt's turn started."""
     while first is not None and context_kept and _was_interrupted(first):
         _report_interrupted(ctx, first)
         first = commands.claim_next(ctx, session_id)
@@ -94,13 +103,21 @@ def claim_submitted(
     live idle owner (its actor's claim offer): ``begin_next`` as the actor would run it, but
     only while the session is still ``idle`` at the owner's ``epoch`` and the prompt is the
     head of its queue. Otherwise nothing is claimed and nothing raised: the enqueue stands
-    and the owner claims as after any enqueue."""
-    row = ctx.raw.execute(hot.CLAIM_TERMS, (session_id,)).fetchone()
-    if row is None or row[0] != epoch or row[1] != SessionState.IDLE.value or row[2] != command_id:
+    and the owner claims as after any enqueue. The terms and the claim are one statement
+    (``CLAIM_SUBMITTED``)."""
+    if (
+        max_running_children is not None
+        and queries.siblings_running(ctx.raw, session_id) >= max_running_children
+    ):
         return []
-    return begin_next(
-        ctx, session_id, epoch, collect, max_running_children, context_kept, fenced=True
-    )
+    now = time.time()
+    row = ctx.raw.execute(
+        hot.CLAIM_SUBMITTED, (now, now, command_id, session_id, session_id, epoch)
+    ).fetchone()
+    if row is None:
+        return []
+    first = hot.command_from_tuple(row)
+    return _start_claimed(ctx, session_id, epoch, first, collect, context_kept)
 
 
 def unclaim(
