@@ -19,10 +19,11 @@ import pytest
 from actors.session.claimed_turns import ClaimedTurns
 from actors.telemetry import CLAIM_OFFERS
 from control_plane import CommandState, ControlPlane, SessionState
-from state_machines import COMMAND_MACHINE
-from store import CommandRecord, Store, ops
-from store.ops import turns
+from state_machines import COMMAND_MACHINE, BudgetExceeded, SessionClosed, SessionNotFound
+from store import CommandKind, CommandRecord, Store, ops
+from store.ops import budgets, turns
 from store.ownership import this_owner
+from store.usage import BudgetStop
 from tests.conftest import AGENT, eventually
 from tests.support.cp_harness import example_agent, invocations, open_cp
 
@@ -102,6 +103,31 @@ def test_an_unclaimed_prompt_of_a_cancelled_turn_is_cancelled(store: Store) -> N
     assert store.get_session(sid).state is SessionState.IDLE
     ended = store.events(sid)[-1]  # a turn cancelled at once: no retry, no interruption
     assert (ended.kind, ended.payload["stopReason"]) == ("turn_ended", "cancelled")
+
+
+def test_a_refused_prompt_takes_no_seq_and_writes_nothing(store: Store) -> None:
+    """A prompt's seq and its terms are one statement: a prompt refused after it (a budget's
+    stop) raises its typed error, its rollback gives the seq back, and the session's next
+    command takes the seq after the last one queued. Closed and unknown sessions are
+    refused as such."""
+    sid, _ = _idle(store)
+    first = _queue(store, sid, "first")
+    store.write(lambda ctx: budgets.stop(ctx, [sid], BudgetStop("session tokens", 10.0, 12.0)))
+    logged = len(store.events(sid))
+    with pytest.raises(BudgetExceeded) as refused:
+        _queue(store, sid, "refused")
+    assert refused.value.budget == "session tokens"
+    assert len(store.events(sid)) == logged
+    mode = store.enqueue(sid, CommandKind.SET_MODE, {"modeId": "plan"})
+    assert [c.seq for c in store.commands_of(sid)] == [first.seq, first.seq + 1]
+    assert mode.command.seq == first.seq + 1
+    with pytest.raises(SessionNotFound):
+        _queue(store, "no-such-session")
+    closing, _ = _idle(store)
+    store.close_session(closing)
+    with pytest.raises(SessionClosed):
+        _queue(store, closing, "after close")
+    assert store.commands_of(closing) == []
 
 
 # -- the whole path, with the example agent ------------------------------------------------
