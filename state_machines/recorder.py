@@ -1,11 +1,13 @@
 """The event recorder's write pipeline (``actors/session/recorder.py``).
 
 One write in flight at a time, so the log keeps wire order. ``idle``: nothing pending and
-nothing in flight. ``armed``: frames wait on a timer, for the record interval or for the
-retry of a write the store refused for now. ``in_flight``: one write submitted; whatever
-arrives meanwhile waits for it and goes with the next. ``failed``: a write of frames failed
-for good (a fenced owner, a damaged store): nothing later can be ordered behind those frames,
-so nothing more is written, and every flush and ``write_after`` fails at once.
+nothing in flight. ``armed``: frames wait on a timer, for the record interval, for the
+retry of a write the store refused for now, or a moment for the write an answer of the
+agent's brings (a turn's outcome, so that the turn's last frames commit with it).
+``in_flight``: one write submitted; whatever arrives meanwhile waits for it and goes with
+the next. ``failed``: a write of frames failed for good (a fenced owner, a damaged store):
+nothing later can be ordered behind those frames, so nothing more is written, and every
+flush and ``write_after`` fails at once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ class RecorderState(StrEnum):
 
 
 class RecorderEvent(StrEnum):
-    HOLD = "hold"  # frames handed over wait for the interval (a timer is set)
+    HOLD = "hold"  # frames handed over wait for the interval or an answer's write (a timer)
     SUBMIT = "submit"  # what is pending is written (a write leaves for the store)
     TIMER_EMPTY = "timer_empty"  # the timer fired and nothing was pending any more
     WRITTEN = "written"  # the write committed and nothing is pending

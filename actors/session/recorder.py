@@ -19,6 +19,16 @@ commits opens the way for the next one or two frames to go alone, each costing a
 never wait for it; a session actor flushes when it stops its agent, so nothing held back is
 left behind at shutdown.
 
+**A turn's answer joins its last frames.** An agent writes its last updates and its answer
+to ``session/prompt`` together; the raw tap hands the frames over as it reads them and the
+answer goes through the SDK, whose tasks reach the turn's outcome (``write_after``) a few
+hundred microseconds later (0.15-1 ms measured in serve). Written at once, the last frames
+would be in flight by then and the outcome would wait for their commit and take one of its
+own: two commits in a row at every turn's end. So the tap tells the recorder first
+(``answer_coming``, before the frames of that read) and the frames wait at most
+``ANSWER_WAIT_S`` for a ``write_after``, which then takes them along: one commit. An answer
+that brings no write (a response to another request) costs those frames that wait, at most.
+
 **One thread.** The write pipeline (its state, the buffer, the interval and retry timers)
 lives on the protocol loop and is touched there only, without a lock. Its state is the table
 in ``state_machines/recorder.py`` (``idle``, ``armed``, ``in_flight``, ``failed``); every
@@ -63,6 +73,11 @@ Frame = tuple[str | None, tuple[str, str, Any]]
 After = tuple[Callable[[WriteContext], Any], Future[Any]]
 
 
+# How long frames read with an answer of the agent's wait for the write the answer brings
+# (see the module docstring). The wait ends at the ``write_after``, normally well before.
+ANSWER_WAIT_S = 0.002
+
+
 class RecorderStopped(ControlPlaneError):
     """The protocol loop that owns the recorder has stopped: nothing more can be written."""
 
@@ -90,6 +105,7 @@ class StoreRecorder:
         # The pipeline: the loop's only.
         self._state = RecorderState.IDLE
         self._last_submit = 0.0  # monotonic time of the last write's submission
+        self._answer_until = 0.0  # monotonic time until which frames wait for an answer's write
         self._urgent = False  # something pending must not wait for the interval
         self._buffer: list[Frame] = []
         self._after: list[After] = []
@@ -132,6 +148,12 @@ class StoreRecorder:
 
     def flush(self) -> asyncio.Future[None]:
         return asyncio.wrap_future(self.flush_future())
+
+    def answer_coming(self) -> None:
+        """The agent's read held an answer, handed to the SDK (the raw tap, before that
+        read's frames): what is handed over next waits at most ``ANSWER_WAIT_S`` for the
+        write the answer may bring (a turn's outcome), to go in one commit with it."""
+        self._answer_until = time.monotonic() + ANSWER_WAIT_S
 
     # -- any thread ----------------------------------------------------------------------
 
@@ -226,7 +248,7 @@ class StoreRecorder:
             return  # the write in flight takes these along when it is done
         if self._state is RecorderState.ARMED and not urgent:
             return  # the armed timer takes these along
-        wait = 0.0 if urgent else self._interval_left()
+        wait = 0.0 if urgent else self._wait_left()
         if wait > 0:
             self._to(RecorderEvent.HOLD)
             self._loop.call_later(wait, self._interval_over)
@@ -237,8 +259,11 @@ class StoreRecorder:
         """The pipeline's next state, by the table."""
         self._state = RECORDER_MACHINE.next_state(self._state, event, self.session_id)
 
-    def _interval_left(self) -> float:
-        return self._last_submit + self._min_interval_s - time.monotonic()
+    def _wait_left(self) -> float:
+        """How long what is pending may still wait: for the interval, or for an answer's
+        write."""
+        now = time.monotonic()
+        return max(self._last_submit + self._min_interval_s, self._answer_until) - now
 
     def _interval_over(self) -> None:
         """The interval's (or a retry's) timer."""
@@ -248,6 +273,11 @@ class StoreRecorder:
             self.pull()
         if not (self._buffer or self._after):
             self._to(RecorderEvent.TIMER_EMPTY)
+            return
+        left = self._answer_until - time.monotonic()
+        if left > 0 and not (self._after or self._flushes or self._urgent):
+            # The pull read an answer with the frames: they wait a moment for its write.
+            self._loop.call_later(left, self._interval_over)
             return
         self._submit_pending()
 
@@ -259,6 +289,7 @@ class StoreRecorder:
         write = _Write(self._buffer, self._after, [f for _, f in self._flushes])
         self._buffer, self._after, self._flushes = [], [], []
         self._urgent = False
+        self._answer_until = 0.0  # what the answer brings, if anything, goes in the next write
         self._to(RecorderEvent.SUBMIT)
         self._last_submit = time.monotonic()
         epoch = self.epoch
@@ -326,10 +357,11 @@ class StoreRecorder:
             waiter.set_result(None)
         if self.pull is not None:
             self.pull()
-        wait = self._interval_left()
+        wait = self._wait_left()
         if wait > 0 and self._buffer and not (self._after or self._flushes or self._urgent):
             # Updates that came in during the write wait out the interval too (nobody is
-            # waiting for them): the next write takes whatever arrives meanwhile.
+            # waiting for them), or for an answer's write: the next write takes whatever
+            # arrives meanwhile.
             self._to(RecorderEvent.HOLD)
             self._loop.call_later(wait, self._interval_over)
         elif self._buffer or self._after:

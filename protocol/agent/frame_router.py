@@ -171,6 +171,14 @@ class FrameRouter:
             and all(cast(Pulling, r).holding for r in self._sessions)
         )
 
+    def answer_coming(self) -> None:
+        """The agent's read held an answer (whose, the SDK knows, not the tap): every
+        attached recorder that can wait for the write it may bring is told."""
+        for recorder in self._sessions:
+            wait = getattr(recorder, "answer_coming", None)
+            if wait is not None:
+                wait()
+
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         for recorder in list(self._sessions):
             recorder.event(kind, payload)

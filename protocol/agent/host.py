@@ -82,6 +82,7 @@ class AgentHost:
             self._fail,
             launch.read_coalesce_s,
             self.router.holding,
+            self.router.answer_coming,
         )
         self._exited = asyncio.Event()
         self.init: InitializeResponse | None = None

@@ -44,6 +44,7 @@ class RawTap:
         on_bad_frame: Callable[[str], None],
         coalesce_s: float = 0.0,
         holding: Callable[[], bool] = lambda: True,
+        answer_coming: Callable[[], None] = lambda: None,
     ) -> None:
         self._recorder = recorder
         self._max_frame_bytes = max_frame_bytes
@@ -52,6 +53,10 @@ class RawTap:
         # The agent's stdout pipe, paused (at most ``coalesce_s``) while the recorders hold.
         self._transport: asyncio.ReadTransport | None = None
         self._holding = holding  # the recorders hold what is read now (worth pausing for)
+        # Told before the frames of a read that also held an answer of the agent's (a
+        # response to one of our requests, such as a turn's ``session/prompt``).
+        self._answer_coming = answer_coming
+        self._answered = False  # the read being tapped gave the SDK an answer
         self._paused: asyncio.TimerHandle | None = None  # the pause's end, while paused
         self._sink: asyncio.StreamReader | None = None
         self._passed = False  # the read being tapped gave the SDK a frame
@@ -122,6 +127,11 @@ class RawTap:
                 return
             updates_only = bool(self._read_updates) and not self._passed
             self._passed = False
+            if self._answered:
+                # Before the hand-over: the recorders wait a moment for the write the answer
+                # brings (a turn's outcome) instead of writing these frames without it.
+                self._answered = False
+                self._answer_coming()
             self.hand_over()
             # The transport is kept only when pausing is on: no recorder is asked otherwise.
             pausable = self._transport is not None and not self._pulling
@@ -217,6 +227,8 @@ class RawTap:
         if b'"session/update"' in stripped and self._take_update(stripped):
             return True
         self._passed = True
+        if b'"method"' not in stripped:  # no method: an answer to one of our requests
+            self._answered = True
         sink.feed_data(stripped + b"\n")
         return True
 

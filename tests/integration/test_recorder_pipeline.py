@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from actors.session.recorder import RecorderStopped, StoreRecorder
+from actors.session.recorder import ANSWER_WAIT_S, RecorderStopped, StoreRecorder
 from protocol.loop import ProtocolLoop
 from state_machines import CommandState, IllegalTransition, StaleEpoch
 from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
@@ -380,3 +380,61 @@ def test_asking_after_the_loop_stopped_fails_at_once_not_after_a_timeout(
     with pytest.raises(RecorderStopped):
         recorder.write_after(lambda ctx: None).result(1)
     assert _updates(store, sid) == 1
+
+
+def test_frames_read_with_the_agents_answer_commit_with_the_outcome_it_brings(
+    store: Store, tmp_path: Path, ploop: ProtocolLoop
+) -> None:
+    """The raw tap says an answer came (``answer_coming``) before the frames of that read:
+    they wait for the turn's outcome (``write_after``, a moment later) and commit with it in
+    one transaction, where they would otherwise be in flight already and the outcome would
+    take a commit of its own."""
+    sid, cid = spawned_session(store, tmp_path)
+    store.claim_next(sid)
+    recorder = StoreRecorder(store, sid, ploop)
+    recorder.command_id = cid
+
+    def answered_read() -> None:
+        recorder.answer_coming()
+        recorder.updates([chunk_frame(0), chunk_frame(1)])
+
+    batches_before = store.commit_stats[0]
+    on_loop(ploop, answered_read)
+    assert on_loop(ploop, lambda: _state(recorder)) is RecorderState.ARMED  # waiting, unwritten
+    time.sleep(0.0005)  # the SDK's tasks reach the outcome a few hundred microseconds later
+    recorder.write_after(lambda ctx: ops.complete(ctx, cid, {"text": "c0 c1 "})).result(30)
+    assert store.commit_stats[0] - batches_before == 1
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 2
+    assert store.get_command(cid).state is CommandState.COMPLETED
+
+
+def test_frames_read_with_an_answer_that_brings_no_write_wait_only_a_moment(
+    store: Store, tmp_path: Path, ploop: ProtocolLoop
+) -> None:
+    """An answer to another request brings no outcome: the frames of its read are written
+    once ``ANSWER_WAIT_S`` is over, alone, and the pipeline is idle again."""
+    sid, _ = spawned_session(store, tmp_path)
+    recorder = StoreRecorder(store, sid, ploop)
+
+    def answered_read() -> None:
+        recorder.answer_coming()
+        recorder.updates([chunk_frame(0)])
+
+    started = time.monotonic()
+    on_loop(ploop, answered_read)
+    while _updates(store, sid) < 1:
+        assert time.monotonic() - started < 5, "the frames were never written"
+        time.sleep(0.001)
+    assert time.monotonic() - started >= ANSWER_WAIT_S
+    recorder.flush_future().result(30)
+    assert on_loop(ploop, lambda: _state(recorder)) is RecorderState.IDLE
+
+    # A flush never waits for an answer: frames handed over with a flush behind them go now.
+    def answered_then_flushed() -> Any:
+        recorder.answer_coming()
+        recorder.updates([chunk_frame(1)])
+        return recorder.flush_future()
+
+    flushed = on_loop(ploop, answered_then_flushed)
+    flushed.result(30)
+    assert _updates(store, sid) == 2

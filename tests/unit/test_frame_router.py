@@ -130,3 +130,27 @@ def test_the_router_holds_only_while_every_session_s_recorder_holds() -> None:
     assert router.holding()
     router.attach(ListRecorder())  # not Pulling: never paused for
     assert not router.holding()
+
+
+class AnswerWaiting(ListRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.told = 0
+
+    def answer_coming(self) -> None:
+        self.told += 1
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_an_answer_is_told_to_every_attached_recorder_that_waits_for_one(shared: bool) -> None:
+    """The tap cannot tell whose answer a response is (the SDK matches its id): on a shared
+    agent every attached session's recorder hears it; one without ``answer_coming`` is
+    skipped, and a detached one hears nothing more."""
+    router = FrameRouter(shared)
+    first, second, plain = AnswerWaiting(), AnswerWaiting(), ListRecorder()
+    for recorder in (first, second, plain):
+        router.attach(recorder)
+    router.answer_coming()
+    router.detach(second)
+    router.answer_coming()
+    assert (first.told, second.told) == (2, 1)

@@ -370,3 +370,40 @@ def test_a_tap_that_ends_during_a_pause_still_drains_the_pipe() -> None:
     problems, reading, closed = asyncio.run(run())
     assert problems == ["agent sent a frame over 300 bytes"]
     assert reading and closed
+
+
+def test_a_read_with_an_answer_tells_the_recorder_before_its_frames() -> None:
+    """A read that hands the SDK an answer (a response: no ``method``) calls
+    ``answer_coming`` once, before that read's frames are handed over, so the recorder can
+    hold them for the write the answer brings. A request of the agent's (it has a
+    ``method``) or a read of updates alone does not."""
+    response = b'{"jsonrpc":"2.0","id":7,"result":{"stopReason":"end_turn"}}'
+    request = (
+        b'{"jsonrpc":"2.0","id":3,"method":"session/request_permission","params":{"sessionId":"s"}}'
+    )
+
+    async def run() -> tuple[list[tuple[str, int | str]], list[bytes]]:
+        recorder = ListRecorder()
+
+        def answer_coming() -> None:
+            recorder.calls.append(("answer", len(recorder.frames)))
+
+        tap = RawTap(recorder, 1 << 20, lambda why: None, answer_coming=answer_coming)
+        source, sink = asyncio.StreamReader(), asyncio.StreamReader()
+        tap.hook(source, sink)
+        source.feed_data(b"\n".join([_update(0), _update(1), b""]))  # updates alone
+        source.feed_data(b"\n".join([_update(2), request, b""]))  # a request: no answer
+        source.feed_data(b"\n".join([_update(3), _update(4), response, b""]))
+        source.feed_data(b"\n".join([response, b""]))  # an answer alone: told, nothing handed
+        source.feed_eof()
+        return recorder.calls, await _drain(sink)
+
+    calls, to_sdk = asyncio.run(run())
+    assert calls == [
+        ("updates", 2),
+        ("updates", 1),
+        ("answer", 3),  # before the two frames of its read
+        ("updates", 2),
+        ("answer", 5),
+    ]
+    assert to_sdk == [request + b"\n", response + b"\n", response + b"\n"]
