@@ -38,6 +38,7 @@ Run from the repository root::
     python bench/serve_overhead.py                 # 30 turns per side + batch: ~2-3 minutes
     python bench/serve_overhead.py --turns 40 --skip-batch
     python bench/serve_overhead.py --tasks 16 --json > serve.json
+    python bench/serve_overhead.py --skip-batch --limit record_interval_ms=1   # an A/B of a limit
 """
 
 from __future__ import annotations
