@@ -14,7 +14,14 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from state_machines import COMMAND_MACHINE, CommandEvent, CommandState, SessionState
+from state_machines import (
+    COMMAND_MACHINE,
+    SESSION_MACHINE,
+    CommandEvent,
+    CommandState,
+    SessionEvent,
+    SessionState,
+)
 from store.raw import RawConnection
 from store.records import CommandKind, CommandRecord, EventRecord
 from store.schema import bindings, commands, delivery_checkpoints, events, sessions
@@ -22,9 +29,10 @@ from store.schema import bindings, commands, delivery_checkpoints, events, sessi
 # State literals come from the enums and the transition table, never typed into the SQL.
 _QUEUED = CommandState.QUEUED.value
 _CLOSED = SessionState.CLOSED.value
-_IDLE = SessionState.IDLE.value
 (_CLAIMED,) = (s.value for s in COMMAND_MACHINE.targets(CommandEvent.CLAIM))
 (_CLAIMABLE,) = (s.value for s in COMMAND_MACHINE.sources(CommandEvent.CLAIM))
+# The one state a turn starts from (a claim offer's session must be in it).
+(_TURN_STARTABLE,) = (s.value for s in SESSION_MACHINE.sources(SessionEvent.TURN_STARTED))
 
 COMMAND_COLUMNS = tuple(c.name for c in commands.columns)
 _CMD_COLS = ", ".join(COMMAND_COLUMNS)
@@ -82,7 +90,7 @@ CLAIM_SUBMITTED = (
     f"updated_at = ? WHERE id = ? AND state = '{_CLAIMABLE}' AND id = (SELECT c.id FROM "
     f"commands c WHERE c.session_id = ? AND c.state = '{_CLAIMABLE}' "
     "ORDER BY c.priority DESC, c.seq LIMIT 1) AND EXISTS (SELECT 1 FROM sessions s "
-    f"WHERE s.id = ? AND s.epoch = ? AND s.state = '{_IDLE}') RETURNING {_CMD_COLS}"
+    f"WHERE s.id = ? AND s.epoch = ? AND s.state = '{_TURN_STARTABLE}') RETURNING {_CMD_COLS}"
 )
 NEXT_EVENT_SEQ = (
     "UPDATE sessions SET last_event_seq = last_event_seq + ? WHERE id = ? "

@@ -266,7 +266,7 @@ class StoreRecorder:
         return max(self._last_submit + self._min_interval_s, self._answer_until) - now
 
     def _interval_over(self) -> None:
-        """The interval's (or a retry's) timer."""
+        """The interval's timer (or a retry's, or the end of an answer's wait)."""
         if self._state is not RecorderState.ARMED:
             return  # a flush or write_after went first; its completion takes the rest
         if self.pull is not None:
