@@ -28,6 +28,8 @@ own: two commits in a row at every turn's end. So the tap tells the recorder fir
 (``answer_coming``, before the frames of that read) and the frames wait at most
 ``ANSWER_WAIT_S`` for a ``write_after``, which then takes them along: one commit. An answer
 that brings no write (a response to another request) costs those frames that wait, at most.
+Claude Code and Codex send the turn's ``usage_update`` last, in a read of its own just
+before the answer: during a turn, a read that ends in one starts the same wait.
 
 **One thread.** The write pipeline (its state, the buffer, the interval and retry timers)
 lives on the protocol loop and is touched there only, without a lock. Its state is the table
@@ -139,6 +141,8 @@ class StoreRecorder:
             for _, message in frames:
                 watch(message)
         telemetry.SESSION_UPDATES.inc(len(frames))
+        if self.command_id is not None and _is_usage_update(frames[-1][1]):
+            self.answer_coming()  # a turn's usage report: its answer is about to follow
         self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
@@ -402,6 +406,16 @@ class StoreRecorder:
             waiter.set_exception(exc)
         for _, caller in afters:
             caller.set_exception(exc)
+
+
+def _is_usage_update(message: dict[str, Any]) -> bool:
+    """A ``usage_update`` notification: Claude Code and Codex send the turn's usage as its
+    last update, in a read of its own just before their answer (``bench/turn_commits.py``),
+    so a read that ends in one starts the answer's wait as the answer itself would."""
+    try:
+        return bool(message["params"]["update"]["sessionUpdate"] == "usage_update")
+    except (KeyError, TypeError):
+        return False
 
 
 def _append(ctx: WriteContext, session_id: str, batch: list[Frame], epoch: int | None) -> None:

@@ -6,6 +6,7 @@ backends; the refused write on a SQLite file whose lock another connection holds
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -438,3 +439,39 @@ def test_frames_read_with_an_answer_that_brings_no_write_wait_only_a_moment(
     flushed = on_loop(ploop, answered_then_flushed)
     flushed.result(30)
     assert _updates(store, sid) == 2
+
+
+def _usage_frame() -> tuple[str, dict[str, Any]]:
+    update = {"sessionUpdate": "usage_update", "used": 1200, "size": 200000}
+    message = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": "acp-1", "update": update},
+    }
+    return json.dumps(message), message
+
+
+def test_a_turns_usage_update_waits_for_the_answer_that_follows_it(
+    store: Store, tmp_path: Path, ploop: ProtocolLoop
+) -> None:
+    """Claude Code and Codex send a turn's ``usage_update`` last, in a read of its own just
+    before their answer: during a turn, a read ending in one waits for the outcome as a read
+    with the answer does, and both commit together. Outside a turn it goes at once."""
+    sid, cid = spawned_session(store, tmp_path)
+    store.claim_next(sid)
+    recorder = StoreRecorder(store, sid, ploop)
+
+    def usage_alone() -> RecorderState:
+        recorder.updates([_usage_frame()])
+        return recorder.state
+
+    assert on_loop(ploop, usage_alone) is RecorderState.IN_FLIGHT  # no turn: written at once
+    recorder.flush_future().result(30)
+    recorder.command_id = cid
+    batches_before = store.commit_stats[0]
+    on_loop(ploop, lambda: recorder.updates([chunk_frame(0), _usage_frame()]))
+    assert on_loop(ploop, lambda: _state(recorder)) is RecorderState.ARMED
+    recorder.write_after(lambda ctx: ops.complete(ctx, cid, {"text": "c0 "})).result(30)
+    assert store.commit_stats[0] - batches_before == 1
+    assert kinds_after_spawn(store, sid) == ["session_update"] * 3
+    assert store.get_command(cid).state is CommandState.COMPLETED
