@@ -419,12 +419,14 @@ def _one_life(
             owned, running = _owned_by(cp, proc.pid)
             active = set(faults.active)
             proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-            lives.kills[mode] += 1
-            lives.kills_owning += owned > 0
-            lives.kills_mid_turn += running > 0
-            for kind in active or {"none"}:
-                lives.kills_in_fault[kind] += 1
+            # Counted only if the signal killed it: a life can finish between the wait's
+            # timeout and the signal (it is then checked as a finished life, below).
+            if proc.wait(30) == -signal.SIGKILL:
+                lives.kills[mode] += 1
+                lives.kills_owning += owned > 0
+                lives.kills_mid_turn += running > 0
+                for kind in active or {"none"}:
+                    lives.kills_in_fault[kind] += 1
             # Its agents (and their reapers, MCP servers) die with it: none may run on.
             deadline = time.monotonic() + 5
             while (left := [p for p in tree if pid_alive(p)]) and time.monotonic() < deadline:
