@@ -56,24 +56,20 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 from actors import telemetry
+from actors.session.record_write import After, Frame, RecordWrite
 from actors.session.text import TurnText
+from protocol.agent.frame_router import update_kind
 from protocol.loop import ProtocolLoop
 from state_machines import ControlPlaneError, StoreUnavailable
 from state_machines.event_kinds import EventKind
 from state_machines.recorder import RECORDER_MACHINE, RecorderEvent, RecorderState
-from store import NewEvent, Store, ops
+from store import NewEvent, Store
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
-
-# (command id, (kind, JSON text, the tap's parse of it or None))
-Frame = tuple[str | None, tuple[str, str, Any]]
-After = tuple[Callable[[WriteContext], Any], Future[Any]]
-
 
 # How long frames read with an answer of the agent's wait for the write the answer brings
 # (see the module docstring). The wait ends at the ``write_after``, normally well before.
@@ -82,15 +78,6 @@ ANSWER_WAIT_S = 0.002
 
 class RecorderStopped(ControlPlaneError):
     """The protocol loop that owns the recorder has stopped: nothing more can be written."""
-
-
-@dataclass
-class _Write:
-    """One write to the store and the callers it settles (fixed at submission)."""
-
-    frames: list[Frame]
-    afters: list[After]
-    flushes: list[Future[None]] = field(default_factory=list)
 
 
 class StoreRecorder:
@@ -141,8 +128,10 @@ class StoreRecorder:
             for _, message in frames:
                 watch(message)
         telemetry.SESSION_UPDATES.inc(len(frames))
-        if self.command_id is not None and _is_usage_update(frames[-1][1]):
-            self.answer_coming()  # a turn's usage report: its answer is about to follow
+        if self.command_id is not None and update_kind(frames[-1][1]) == "usage_update":
+            # Claude Code and Codex send a turn's usage last, in a read of its own just
+            # before their answer (bench/turn_commits.py): wait for it as for the answer.
+            self.answer_coming()
         self._hand_over([(EventKind.SESSION_UPDATE, frame, message) for frame, message in frames])
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
@@ -290,28 +279,14 @@ class StoreRecorder:
         from now on. Nothing waiting: nothing happens."""
         if not (self._buffer or self._after):
             return
-        write = _Write(self._buffer, self._after, [f for _, f in self._flushes])
+        write = RecordWrite(self._buffer, self._after, [f for _, f in self._flushes])
         self._buffer, self._after, self._flushes = [], [], []
         self._urgent = False
         self._answer_until = 0.0  # what the answer brings, if anything, goes in the next write
         self._to(RecorderEvent.SUBMIT)
         self._last_submit = time.monotonic()
-        epoch = self.epoch
-        session_id = self.session_id
-
-        def transaction(ctx: WriteContext) -> list[tuple[bool, Any]]:
-            if write.frames:
-                # Fenced by the append itself (StaleEpoch when the session has a new owner).
-                _append(ctx, session_id, write.frames, epoch)
-            elif len(write.afters) == 1 and not write.flushes:
-                # One caller's write alone (a turn's outcome with no updates left to write):
-                # nothing else in it to keep if it raises, so no savepoint (two statements
-                # on most turns' ends); its error fails this write and reaches it as its own.
-                return [(True, write.afters[0][0](ctx))]
-            return [ctx.isolated(fn) for fn, _ in write.afters]
-
         try:
-            future = self._store.submit(transaction)
+            future = self._store.submit(write.transaction(self.session_id, self.epoch))
         except ControlPlaneError as exc:  # the store is closed: fail what waits, loudly
             future = Future()
             future.set_exception(exc)
@@ -319,7 +294,7 @@ class StoreRecorder:
 
     # -- a write's end (on the writer thread, or the submitting one when it failed at once)
 
-    def _ended(self, future: Future[list[tuple[bool, Any]]], write: _Write) -> None:
+    def _ended(self, future: Future[list[tuple[bool, Any]]], write: RecordWrite) -> None:
         exc = future.exception()
         if isinstance(exc, StoreUnavailable):
             self._post(self._refused, write, exc)  # retried: its callers keep waiting
@@ -373,7 +348,7 @@ class StoreRecorder:
         else:
             self._to(RecorderEvent.WRITTEN)
 
-    def _refused(self, write: _Write, exc: BaseException) -> None:
+    def _refused(self, write: RecordWrite, exc: BaseException) -> None:
         """The store refused the write for now (lock, disk full): nothing is dropped and
         nothing reordered. The frames and the writes behind them go back to the front of
         what is pending and are written again after a backoff (0.05 s doubling to 2 s);
@@ -406,25 +381,3 @@ class StoreRecorder:
             waiter.set_exception(exc)
         for _, caller in afters:
             caller.set_exception(exc)
-
-
-def _is_usage_update(message: dict[str, Any]) -> bool:
-    """A ``usage_update`` notification: Claude Code and Codex send the turn's usage as its
-    last update, in a read of its own just before their answer (``bench/turn_commits.py``),
-    so a read that ends in one starts the answer's wait as the answer itself would."""
-    try:
-        return bool(message["params"]["update"]["sessionUpdate"] == "usage_update")
-    except (KeyError, TypeError):
-        return False
-
-
-def _append(ctx: WriteContext, session_id: str, batch: list[Frame], epoch: int | None) -> None:
-    """The frames in order, one ``append_frames`` per run of one command's frames."""
-    run: list[tuple[str, str, Any]] = []
-    run_command: str | None = batch[0][0]
-    for command_id, event in batch:
-        if command_id != run_command:
-            ops.append_frames(ctx, session_id, run_command, run, epoch)
-            run, run_command = [], command_id
-        run.append(event)
-    ops.append_frames(ctx, session_id, run_command, run, epoch)

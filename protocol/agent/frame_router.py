@@ -130,7 +130,7 @@ class FrameRouter:
 
     def _after_replay(self, recorder: Recorder, frames: Frames) -> Frames:
         """``frames`` without the replayed ones, for a session whose load was answered."""
-        kept = [f for f in frames if _update_kind(f[1]) not in REPLAYED_KINDS]
+        kept = [f for f in frames if update_kind(f[1]) not in REPLAYED_KINDS]
         if len(kept) < len(frames):
             trailing = self._trailing[id(recorder)]
             trailing.last = time.monotonic()
@@ -199,7 +199,8 @@ class FrameRouter:
             log.warning("updates for unknown ACP session %s beyond %d dropped", acp_id, MAX_HELD)
 
 
-def _update_kind(frame: dict[str, Any]) -> str | None:
+def update_kind(frame: dict[str, Any]) -> str | None:
+    """A ``session/update`` frame's ``sessionUpdate`` kind, or None if it has none."""
     try:
         kind = frame["params"]["update"]["sessionUpdate"]
     except (KeyError, TypeError):
