@@ -101,7 +101,22 @@ BATCH_TIMEOUT_S = 1800.0
 
 SERVE = "serve"
 DIRECT = "direct"
-LABELS = {SERVE: "acpctl serve (store)", DIRECT: "SDK client -> agent"}
+RELAY_BYTES = "relay-bytes"
+RELAY_THREADS = "relay-threads"
+RELAY_FRAMES = "relay-frames"
+RELAY_C = "relay-c"
+LABELS = {
+    SERVE: "acpctl serve (store)",
+    DIRECT: "SDK client -> agent",
+    RELAY_BYTES: "byte relay, asyncio",
+    RELAY_THREADS: "byte relay, 2 threads",
+    RELAY_FRAMES: "frame relay (json in/out)",
+    RELAY_C: "byte relay, C (poll)",
+}
+RELAYS = ((RELAY_BYTES, "bytes"), (RELAY_THREADS, "threads"), (RELAY_FRAMES, "frames"))
+RELAY_NAMES = (*(name for name, _ in RELAYS), RELAY_C)
+RELAY_SCRIPT = os.path.join(_REPO_ROOT, "bench", "relay.py")
+RELAY_C_SOURCE = os.path.join(_REPO_ROOT, "bench", "relay.c")
 
 
 def example_agent_argv(state_file: str) -> list[str]:
@@ -209,6 +224,9 @@ def cpu_snapshot(sides: list[Side]) -> dict[str, float | None]:
             tree = [p for r in child_pids(side.pid) for p in (r, *child_pids(r))]
             backends = [c for c in map(process_cpu_s, tree) if c is not None]
             out[SERVE + "_backend"] = sum(backends) if backends else None
+        elif side.name in RELAY_NAMES:  # the relay's child is the agent
+            backends = [c for c in map(process_cpu_s, child_pids(side.pid)) if c is not None]
+            out[side.name + "_backend"] = sum(backends) if backends else None
     return out
 
 
@@ -286,8 +304,31 @@ def serve_env(workdir: str, read_coalesce_ms: float | None) -> dict[str, str]:
     return env
 
 
+def relay_argv(mode: str, workdir: str) -> list[str]:
+    """``bench/relay.py`` in ``mode`` in front of an example agent of its own."""
+    agent = example_agent_argv(os.path.join(workdir, f"{mode}-relay-agent-state.json"))
+    return [sys.executable, RELAY_SCRIPT, mode, "--", *agent]
+
+
+def c_relay_argv(workdir: str) -> list[str] | None:
+    """``bench/relay.c``, built in ``workdir``, in front of an example agent of its own;
+    None without a C compiler (that side is then left out, and the report says so)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    binary = os.path.join(workdir, "relay")
+    subprocess.run([compiler, "-O2", "-o", binary, RELAY_C_SOURCE], check=True)
+    agent = example_agent_argv(os.path.join(workdir, "c-relay-agent-state.json"))
+    return [binary, *agent]
+
+
 async def measure_turns(
-    workdir: str, turns: int, warmup: int, chunks: int, read_coalesce_ms: float | None = None
+    workdir: str,
+    turns: int,
+    warmup: int,
+    chunks: int,
+    read_coalesce_ms: float | None = None,
+    relays: bool = False,
 ) -> dict[str, Any]:
     text = f"#chunks={chunks} #stamp"
     env = serve_env(workdir, read_coalesce_ms)
@@ -315,6 +356,23 @@ async def measure_turns(
         )
         direct_ready = now() - start
         sides = [serve, direct]
+        if relays:  # the least any process in the middle costs, timed in the same rounds
+            for name, mode in RELAYS:
+                sides.append(
+                    await asyncio.wait_for(
+                        start_side(stack, name, relay_argv(mode, workdir), workdir, env),
+                        START_TIMEOUT_S,
+                    )
+                )
+            c_argv = c_relay_argv(workdir)
+            if c_argv is None:
+                progress("no C compiler (cc): the C relay is left out")
+            else:
+                sides.append(
+                    await asyncio.wait_for(
+                        start_side(stack, RELAY_C, c_argv, workdir, env), START_TIMEOUT_S
+                    )
+                )
         first_turn_ms: dict[str, float] = {}
         for side in sides:
             for i in range(warmup):
@@ -326,7 +384,9 @@ async def measure_turns(
         for side in sides:
             side.client.timing = True
         for r in range(turns):
-            order = sides if r % 2 == 0 else sides[::-1]
+            # Each side takes each place in the order in turn (two sides: alternately).
+            shift = r % len(sides)
+            order = sides[shift:] + sides[:shift]
             for side in order:
                 side.times_ms.append(await run_turn(side, text, chunks))
             if (r + 1) % 10 == 0 or r + 1 == turns:
@@ -681,6 +741,12 @@ def print_report(report: dict[str, Any]) -> None:
             f"{cpu.get(SERVE + '_backend', float('nan')):.1f} ms; "
             f"direct agent {cpu.get(DIRECT, float('nan')):.1f} ms"
         )
+    for relay in RELAY_NAMES:
+        if relay in cpu:
+            print(
+                f"  {LABELS[relay]}: {cpu[relay]:.1f} ms + its agent "
+                f"{cpu.get(relay + '_backend', float('nan')):.1f} ms"
+            )
     commits = turns.get("commits_per_turn")
     if commits is not None:
         print(
@@ -697,6 +763,12 @@ def print_report(report: dict[str, Any]) -> None:
             f"median {serve_l['median'] - direct_l['median']:.2f} ms, "
             f"p99 {serve_l['p99'] - direct_l['p99']:.2f} ms"
         )
+    for relay in RELAY_NAMES:
+        if relay in latency and DIRECT in latency:
+            print(
+                f"  {LABELS[relay]}: median {latency[relay]['median']:.2f} ms, "
+                f"p99 {latency[relay]['p99']:.2f} ms"
+            )
     handoffs = report.get("handoffs")
     if handoffs:
         print(
@@ -767,6 +839,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-batch", action="store_true", help="measure only the turns")
     parser.add_argument(
+        "--relays",
+        action="store_true",
+        help="also time the turn through bench/relay.py (bytes, and frames parsed and "
+        "written again) in front of an agent of its own: what any Python process in the "
+        "middle costs",
+    )
+    parser.add_argument(
         "--read-coalesce-ms",
         type=float,
         default=None,
@@ -818,7 +897,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ready = asyncio.run(measure_ready(workdir, args.ready_rounds, args.real_agent))
         raw_turns = asyncio.run(
-            measure_turns(workdir, args.turns, args.warmup, args.chunks, args.read_coalesce_ms)
+            measure_turns(
+                workdir, args.turns, args.warmup, args.chunks, args.read_coalesce_ms, args.relays
+            )
         )
         handoffs = asyncio.run(
             count_handoffs(workdir, HANDOFF_TURNS, args.warmup, args.chunks, args.read_coalesce_ms)
@@ -834,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
             "tasks": args.tasks,
             "jobs": args.jobs,
             "skip_batch": args.skip_batch,
+            "relays": args.relays,
             "read_coalesce_ms": args.read_coalesce_ms,
             "limits": dict(EXTRA_LIMITS),
             "dir": workdir,
