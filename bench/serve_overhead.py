@@ -24,6 +24,16 @@ paired ratios. The issue's target: at most 1.3x. On Linux it also reports the CP
 and of the direct agent: on a 2-core machine the three processes of the serve side compete
 for the cores, so serve's own CPU per turn bounds how close it can get.
 
+*Relays* (``--relays``): the same turn, in the same interleaved rounds, through a process in
+the middle that keeps nothing: ``bench/relay.py`` copying bytes on an asyncio loop, copying
+bytes on two blocking threads, or parsing and writing again each JSON frame, and
+``bench/relay.c`` copying bytes with ``poll``, and the same C relay durable first (each frame
+appended to a SQLite file, WAL and ``synchronous=FULL``, one transaction per read, written on
+after it committed; built when a C compiler and SQLite's headers are present). Each has an
+example agent of its own. What they cost against the direct client is the floor for any
+process between client and agent on this machine, serve included, and the floor of a
+durable-first one.
+
 (b) *Batch*: tasks/s of ``acpctl batch TASKS.jsonl --agent <example agent> -j J`` for J in
 1, 8 and 32: ``--tasks`` tasks (default 32) of ``#chunks=5``, each run as a subprocess on a
 fresh store in its own temporary directory, timed as the wall time of the whole command
@@ -39,6 +49,7 @@ Run from the repository root::
     python bench/serve_overhead.py --turns 40 --skip-batch
     python bench/serve_overhead.py --tasks 16 --json > serve.json
     python bench/serve_overhead.py --skip-batch --limit record_interval_ms=1   # an A/B of a limit
+    python bench/serve_overhead.py --skip-batch --turns 40 --relays   # beside the relays
 """
 
 from __future__ import annotations
@@ -105,6 +116,7 @@ RELAY_BYTES = "relay-bytes"
 RELAY_THREADS = "relay-threads"
 RELAY_FRAMES = "relay-frames"
 RELAY_C = "relay-c"
+RELAY_C_DURABLE = "relay-c-durable"
 LABELS = {
     SERVE: "acpctl serve (store)",
     DIRECT: "SDK client -> agent",
@@ -112,9 +124,10 @@ LABELS = {
     RELAY_THREADS: "byte relay, 2 threads",
     RELAY_FRAMES: "frame relay (json in/out)",
     RELAY_C: "byte relay, C (poll)",
+    RELAY_C_DURABLE: "durable relay, C + SQLite",
 }
 RELAYS = ((RELAY_BYTES, "bytes"), (RELAY_THREADS, "threads"), (RELAY_FRAMES, "frames"))
-RELAY_NAMES = (*(name for name, _ in RELAYS), RELAY_C)
+RELAY_NAMES = (*(name for name, _ in RELAYS), RELAY_C, RELAY_C_DURABLE)
 RELAY_SCRIPT = os.path.join(_REPO_ROOT, "bench", "relay.py")
 RELAY_C_SOURCE = os.path.join(_REPO_ROOT, "bench", "relay.c")
 
@@ -310,16 +323,28 @@ def relay_argv(mode: str, workdir: str) -> list[str]:
     return [sys.executable, RELAY_SCRIPT, mode, "--", *agent]
 
 
-def c_relay_argv(workdir: str) -> list[str] | None:
-    """``bench/relay.c``, built in ``workdir``, in front of an example agent of its own;
-    None without a C compiler (that side is then left out, and the report says so)."""
+def build_c_relay(workdir: str) -> str | None:
+    """``bench/relay.c`` built in ``workdir`` (linked with SQLite); None without a C compiler
+    or SQLite's headers (those sides are then left out, and the run says so)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
     binary = os.path.join(workdir, "relay")
-    subprocess.run([compiler, "-O2", "-o", binary, RELAY_C_SOURCE], check=True)
-    agent = example_agent_argv(os.path.join(workdir, "c-relay-agent-state.json"))
-    return [binary, *agent]
+    built = subprocess.run(
+        [compiler, "-O2", "-o", binary, RELAY_C_SOURCE, "-lsqlite3"],
+        capture_output=True,
+        text=True,
+    )
+    return binary if built.returncode == 0 else None
+
+
+def c_relay_argv(binary: str, workdir: str, durable: bool) -> list[str]:
+    """The C relay in front of an example agent of its own; ``durable``: every frame
+    committed (its own SQLite file in ``workdir``) before it is written on."""
+    tag = "c-durable" if durable else "c"
+    agent = example_agent_argv(os.path.join(workdir, f"{tag}-relay-agent-state.json"))
+    db = ["--db", os.path.join(workdir, "relay-frames.db")] if durable else []
+    return [binary, *db, *agent]
 
 
 async def measure_turns(
@@ -364,15 +389,17 @@ async def measure_turns(
                         START_TIMEOUT_S,
                     )
                 )
-            c_argv = c_relay_argv(workdir)
-            if c_argv is None:
-                progress("no C compiler (cc): the C relay is left out")
+            binary = build_c_relay(workdir)
+            if binary is None:
+                progress("no C compiler or no SQLite headers: the C relays are left out")
             else:
-                sides.append(
-                    await asyncio.wait_for(
-                        start_side(stack, RELAY_C, c_argv, workdir, env), START_TIMEOUT_S
+                for name, durable in ((RELAY_C, False), (RELAY_C_DURABLE, True)):
+                    argv = c_relay_argv(binary, workdir, durable)
+                    sides.append(
+                        await asyncio.wait_for(
+                            start_side(stack, name, argv, workdir, env), START_TIMEOUT_S
+                        )
                     )
-                )
         first_turn_ms: dict[str, float] = {}
         for side in sides:
             for i in range(warmup):
