@@ -13,6 +13,11 @@ are durable, so a timed turn includes the store writes.
 *Baseline*: the SDK's plain client: ``acp.spawn_agent_process`` with a client whose
 ``session_update`` does nothing, talking to the same example agent directly.
 
+*Plain client, one commit* (the floor of "durable when the turn returns"): the plain client
+keeping each update's text and, once the answer came, appending them to a SQLite file of its
+own (WAL, ``synchronous=FULL``) in one transaction: the least work after which a turn's
+updates are durable, with no overlap and no thread (the commit runs on the loop).
+
 *Runtime, null recorder* (diagnostic): the runtime's ``AgentConnection`` (raw tap included)
 with a recorder that drops everything, to split the overhead into "connection" and "store".
 
@@ -22,7 +27,7 @@ sides are then interleaved turn by turn (the order rotates every round) so that 
 same noise of a shared machine. A turn is timed from the calling thread around
 ``ProtocolLoop.call`` for every side (one thread hop each). The report gives medians (ms per
 turn), min/max, the *ratio of medians* (runtime / plain client) and the median of the
-per-round paired ratios. The issue's target: at most 1.15x.
+per-round paired ratios. The issue's target: at most 1.05x.
 
 Run from the repository root::
 
@@ -37,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Callable, Coroutine, Iterator
@@ -76,11 +82,12 @@ EXAMPLE = (sys.executable, "-m", "protocol.example_agent")
 DEFAULT_TURNS = 30
 DEFAULT_WARMUP = 3
 DEFAULT_CHUNKS = 100
-TARGET_RATIO = 1.15
+TARGET_RATIO = 1.05  # the data-path issue's (an earlier issue asked 1.15x)
 CALL_TIMEOUT_S = 60.0
 
 RUNTIME = "runtime"
 PLAIN = "plain"
+PLAIN_COMMIT = "plain-commit"
 NULL = "runtime-null"
 NO_METRICS = "runtime-no-metrics"
 LABELS = {
@@ -88,6 +95,7 @@ LABELS = {
     NO_METRICS: "runtime + store, metrics off",
     NULL: "runtime, null recorder",
     PLAIN: "SDK plain client",
+    PLAIN_COMMIT: "plain client + 1 commit",
 }
 METRICS_TARGET = 1.03  # metrics on at most 3 % slower than off (docs/observability.md)
 
@@ -134,6 +142,17 @@ class PlainClient:
         return None
 
 
+class KeepingClient:
+    """The plain client that keeps each update's text for the turn's one commit."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str]] = []
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        content = getattr(update, "content", None)
+        self.kept.append((str(getattr(content, "text", "")),))
+
+
 @dataclass
 class Side:
     """One way of running a turn; ``turn`` returns a fresh coroutine for each turn."""
@@ -171,17 +190,28 @@ def _runtime_side(
     return Side(name, lambda: conn.prompt(blocks, timeout_s=None), conn.stop)
 
 
-def _plain_side(loop: ProtocolLoop, workdir: str, text: str) -> Side:
+def _plain_side(loop: ProtocolLoop, workdir: str, text: str, commit_db: str | None = None) -> Side:
+    """The SDK's plain client; with ``commit_db``, it commits the turn's updates to that
+    SQLite file once the answer came (``PLAIN_COMMIT``)."""
+    name = PLAIN if commit_db is None else PLAIN_COMMIT
     stack = AsyncExitStack()
-    stderr = stack.enter_context(open(os.path.join(workdir, "plain.stderr.log"), "ab"))  # noqa: SIM115
+    stderr = stack.enter_context(open(os.path.join(workdir, f"{name}.stderr.log"), "ab"))  # noqa: SIM115
+    client = PlainClient() if commit_db is None else KeepingClient()
+    db = None
+    if commit_db is not None:
+        db = sqlite3.connect(commit_db, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE updates (id INTEGER PRIMARY KEY, text TEXT NOT NULL)")
+        stack.callback(db.close)
 
     async def start() -> tuple[ClientSideConnection, str]:
         conn, _process = await stack.enter_async_context(
             spawn_agent_process(
-                PlainClient(),  # type: ignore[arg-type]  # duck-typed, like the runtime's
+                client,  # type: ignore[arg-type]  # duck-typed, like the runtime's
                 EXAMPLE[0],
                 *EXAMPLE[1:],
-                env=_agent_env(workdir, PLAIN),
+                env=_agent_env(workdir, name),
                 cwd=workdir,
                 transport_kwargs={
                     "stderr": stderr.fileno(),
@@ -199,9 +229,15 @@ def _plain_side(loop: ProtocolLoop, workdir: str, text: str) -> Side:
     prompt = [text_block(text)]
 
     async def turn() -> Any:
-        return await conn.prompt(session_id=session_id, prompt=prompt)  # type: ignore[arg-type]
+        result = await conn.prompt(session_id=session_id, prompt=prompt)  # type: ignore[arg-type]
+        if db is not None and isinstance(client, KeepingClient):
+            kept, client.kept = client.kept, []
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT INTO updates (text) VALUES (?)", kept)
+            db.execute("COMMIT")
+        return result
 
-    return Side(PLAIN, turn, stack.aclose)
+    return Side(name, turn, stack.aclose)
 
 
 def _run(loop: ProtocolLoop, coro: Coroutine[Any, Any, T]) -> T:
@@ -241,6 +277,7 @@ def measure(
         sides.append(_runtime_side(NO_METRICS, loop, workdir, quiet, blocks, read_coalesce_s))
         sides[-1].around = _metrics_off
         sides.append(_plain_side(loop, workdir, text))
+        sides.append(_plain_side(loop, workdir, text, os.path.join(workdir, "plain-commit.db")))
         if with_null:
             null = NullRecorder()
             sides.append(_runtime_side(NULL, loop, workdir, null, blocks, read_coalesce_s))
