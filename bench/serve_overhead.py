@@ -80,6 +80,7 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 from acp.schema import ClientCapabilities  # noqa: E402
 
+from bench import relay_sides  # noqa: E402
 from bench._common import (  # noqa: E402
     add_turn_arguments,
     child_env,
@@ -112,24 +113,11 @@ BATCH_TIMEOUT_S = 1800.0
 
 SERVE = "serve"
 DIRECT = "direct"
-RELAY_BYTES = "relay-bytes"
-RELAY_THREADS = "relay-threads"
-RELAY_FRAMES = "relay-frames"
-RELAY_C = "relay-c"
-RELAY_C_DURABLE = "relay-c-durable"
 LABELS = {
     SERVE: "acpctl serve (store)",
     DIRECT: "SDK client -> agent",
-    RELAY_BYTES: "byte relay, asyncio",
-    RELAY_THREADS: "byte relay, 2 threads",
-    RELAY_FRAMES: "frame relay (json in/out)",
-    RELAY_C: "byte relay, C (poll)",
-    RELAY_C_DURABLE: "durable relay, C + SQLite",
+    **relay_sides.LABELS,
 }
-RELAYS = ((RELAY_BYTES, "bytes"), (RELAY_THREADS, "threads"), (RELAY_FRAMES, "frames"))
-RELAY_NAMES = (*(name for name, _ in RELAYS), RELAY_C, RELAY_C_DURABLE)
-RELAY_SCRIPT = os.path.join(_REPO_ROOT, "bench", "relay.py")
-RELAY_C_SOURCE = os.path.join(_REPO_ROOT, "bench", "relay.c")
 
 
 def example_agent_argv(state_file: str) -> list[str]:
@@ -237,7 +225,7 @@ def cpu_snapshot(sides: list[Side]) -> dict[str, float | None]:
             tree = [p for r in child_pids(side.pid) for p in (r, *child_pids(r))]
             backends = [c for c in map(process_cpu_s, tree) if c is not None]
             out[SERVE + "_backend"] = sum(backends) if backends else None
-        elif side.name in RELAY_NAMES:  # the relay's child is the agent
+        elif side.name in relay_sides.RELAYS:  # the relay's child is the agent
             backends = [c for c in map(process_cpu_s, child_pids(side.pid)) if c is not None]
             out[side.name + "_backend"] = sum(backends) if backends else None
     return out
@@ -317,36 +305,6 @@ def serve_env(workdir: str, read_coalesce_ms: float | None) -> dict[str, str]:
     return env
 
 
-def relay_argv(mode: str, workdir: str) -> list[str]:
-    """``bench/relay.py`` in ``mode`` in front of an example agent of its own."""
-    agent = example_agent_argv(os.path.join(workdir, f"{mode}-relay-agent-state.json"))
-    return [sys.executable, RELAY_SCRIPT, mode, "--", *agent]
-
-
-def build_c_relay(workdir: str) -> str | None:
-    """``bench/relay.c`` built in ``workdir`` (linked with SQLite); None without a C compiler
-    or SQLite's headers (those sides are then left out, and the run says so)."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    binary = os.path.join(workdir, "relay")
-    built = subprocess.run(
-        [compiler, "-O2", "-o", binary, RELAY_C_SOURCE, "-lsqlite3"],
-        capture_output=True,
-        text=True,
-    )
-    return binary if built.returncode == 0 else None
-
-
-def c_relay_argv(binary: str, workdir: str, durable: bool) -> list[str]:
-    """The C relay in front of an example agent of its own; ``durable``: every frame
-    committed (its own SQLite file in ``workdir``) before it is written on."""
-    tag = "c-durable" if durable else "c"
-    agent = example_agent_argv(os.path.join(workdir, f"{tag}-relay-agent-state.json"))
-    db = ["--db", os.path.join(workdir, "relay-frames.db")] if durable else []
-    return [binary, *db, *agent]
-
-
 async def measure_turns(
     workdir: str,
     turns: int,
@@ -382,24 +340,19 @@ async def measure_turns(
         direct_ready = now() - start
         sides = [serve, direct]
         if relays:  # the least any process in the middle costs, timed in the same rounds
-            for name, mode in RELAYS:
+
+            def agent_of(tag: str) -> list[str]:
+                return example_agent_argv(os.path.join(workdir, f"{tag}-agent-state.json"))
+
+            commands, missing = relay_sides.relay_commands(workdir, agent_of)
+            if missing:
+                progress(missing)
+            for name, argv in commands:
                 sides.append(
                     await asyncio.wait_for(
-                        start_side(stack, name, relay_argv(mode, workdir), workdir, env),
-                        START_TIMEOUT_S,
+                        start_side(stack, name, argv, workdir, env), START_TIMEOUT_S
                     )
                 )
-            binary = build_c_relay(workdir)
-            if binary is None:
-                progress("no C compiler or no SQLite headers: the C relays are left out")
-            else:
-                for name, durable in ((RELAY_C, False), (RELAY_C_DURABLE, True)):
-                    argv = c_relay_argv(binary, workdir, durable)
-                    sides.append(
-                        await asyncio.wait_for(
-                            start_side(stack, name, argv, workdir, env), START_TIMEOUT_S
-                        )
-                    )
         first_turn_ms: dict[str, float] = {}
         for side in sides:
             for i in range(warmup):
@@ -768,7 +721,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"{cpu.get(SERVE + '_backend', float('nan')):.1f} ms; "
             f"direct agent {cpu.get(DIRECT, float('nan')):.1f} ms"
         )
-    for relay in RELAY_NAMES:
+    for relay in relay_sides.RELAYS:
         if relay in cpu:
             print(
                 f"  {LABELS[relay]}: {cpu[relay]:.1f} ms + its agent "
@@ -790,7 +743,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"median {serve_l['median'] - direct_l['median']:.2f} ms, "
             f"p99 {serve_l['p99'] - direct_l['p99']:.2f} ms"
         )
-    for relay in RELAY_NAMES:
+    for relay in relay_sides.RELAYS:
         if relay in latency and DIRECT in latency:
             print(
                 f"  {LABELS[relay]}: median {latency[relay]['median']:.2f} ms, "
