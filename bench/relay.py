@@ -24,24 +24,27 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 
 MODES = ("bytes", "threads", "frames")
 READ_SIZE = 1 << 16
 
 
-async def _pump(reader: asyncio.StreamReader, write: object, frames: bool) -> None:
-    """Copy ``reader`` to ``write`` (a callable taking bytes) until end of file."""
-    send = write  # a local: the loop below runs once per read
+async def _pump(
+    reader: asyncio.StreamReader, send: Callable[[bytes], object], frames: bool
+) -> None:
+    """Copy ``reader`` to ``send`` until end of file; with ``frames``, each complete line
+    parsed and written again (a partial line waits for the rest)."""
     pending = b""
     while chunk := await reader.read(READ_SIZE):
         if not frames:
-            send(chunk)  # type: ignore[operator]
+            send(chunk)
             continue
         pending += chunk
         *lines, pending = pending.split(b"\n")
         out = [json.dumps(json.loads(line), separators=(",", ":")) for line in lines if line]
         if out:
-            send(("\n".join(out) + "\n").encode())  # type: ignore[operator]
+            send(("\n".join(out) + "\n").encode())
 
 
 async def relay(mode: str, argv: list[str]) -> int:
