@@ -774,6 +774,18 @@ def print_report(report: dict[str, Any]) -> None:
         f"target: serve <= {target['max_ratio']:.2f}x the direct client: "
         f"{verdict} ({target['ratio']:.3f}x)"
     )
+    sides = turns["sides"]
+    floors = [(n, sides[n]) for n in ("relay-c", "relay-c-durable") if n in sides]
+    if floors:  # serve against the floors measured in the same rounds
+        serve_ms = sides[SERVE]["median_ms"]
+        print(
+            "serve against the floors of this run: "
+            + "; ".join(
+                f"{entry['label']} {entry['ratio_of_medians']:.3f}x the direct client, "
+                f"serve {serve_ms / entry['median_ms']:.3f}x it"
+                for _, entry in floors
+            )
+        )
     batch = report.get("batch")
     if batch is not None:
         print()
