@@ -775,7 +775,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"{verdict} ({target['ratio']:.3f}x)"
     )
     sides = turns["sides"]
-    floors = [(n, sides[n]) for n in ("relay-c", "relay-c-durable") if n in sides]
+    floors = [sides[n] for n in ("relay-c", "relay-c-durable") if n in sides]
     if floors:  # serve against the floors measured in the same rounds
         serve_ms = sides[SERVE]["median_ms"]
         print(
@@ -783,7 +783,7 @@ def print_report(report: dict[str, Any]) -> None:
             + "; ".join(
                 f"{entry['label']} {entry['ratio_of_medians']:.3f}x the direct client, "
                 f"serve {serve_ms / entry['median_ms']:.3f}x it"
-                for _, entry in floors
+                for entry in floors
             )
         )
     batch = report.get("batch")
@@ -833,9 +833,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--relays",
         action="store_true",
-        help="also time the turn through bench/relay.py (bytes, and frames parsed and "
-        "written again) in front of an agent of its own: what any Python process in the "
-        "middle costs",
+        help="also time the turn through relays with no store, each in front of an agent of "
+        "its own (bench/relay.py: bytes on asyncio or on threads, frames parsed and written "
+        "again; bench/relay.c: bytes, and durable first with SQLite, when a C compiler is "
+        "present): what any process in the middle costs",
     )
     parser.add_argument(
         "--read-coalesce-ms",
