@@ -38,6 +38,16 @@ def child_env(workdir: str) -> dict[str, str]:
     return env
 
 
+def example_agent_argv(state_file: str) -> list[str]:
+    """The bundled example agent, keeping its state in ``state_file``."""
+    return [sys.executable, "-m", "protocol.example_agent", "--state-file", state_file]
+
+
+def acpctl_argv(db: str, *args: str) -> list[str]:
+    """``acpctl --db DB ARGS...`` with this interpreter."""
+    return [sys.executable, "-m", "control_plane.cli", "--db", db, *args]
+
+
 def now() -> float:
     return time.perf_counter()
 

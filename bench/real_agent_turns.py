@@ -44,8 +44,16 @@ if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not 
 
 from acp import text_block  # noqa: E402
 
-from bench._common import child_env, machine_info, median, now, positive_int, progress  # noqa: E402
-from bench.serve_overhead import Side, acpctl_argv, start_side  # noqa: E402
+from bench._common import (  # noqa: E402
+    acpctl_argv,
+    child_env,
+    machine_info,
+    median,
+    now,
+    positive_int,
+    progress,
+)
+from bench.serve_overhead import Side, start_side  # noqa: E402
 from tests.real_agents import agents  # noqa: E402
 from tests.real_agents.model_server import ModelServer  # noqa: E402
 

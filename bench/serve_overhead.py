@@ -37,11 +37,11 @@ durable-first one.
 (b) *Batch*: tasks/s of ``acpctl batch TASKS.jsonl --agent <example agent> -j J`` for J in
 1, 8 and 32: ``--tasks`` tasks (default 32) of ``#chunks=5``, each run as a subprocess on a
 fresh store in its own temporary directory, timed as the wall time of the whole command
-(interpreter start, store creation, every task, results file). Every task is its own session
-and so starts its own agent process (about 1.3 s of CPU for the example agent on a slow
-2-core machine): that dominates, and ``-j`` above the number of cores cannot help much. The
-CPU seconds per task (the command and all its descendants, from ``RUSAGE_CHILDREN``) are
-reported next to the rate.
+(interpreter start, store creation, every task, results file). Every task is its own session;
+the sessions share agent processes (``acpctl batch --sessions-per-agent``, default 8; an agent
+start is about 1.3 s of CPU for the example agent on a slow 2-core machine). The CPU seconds
+per task (the command and all its descendants, from ``RUSAGE_CHILDREN``) are reported next to
+the rate. ``bench/serve_batch.py`` runs it.
 
 Run from the repository root::
 
@@ -58,11 +58,9 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -80,10 +78,12 @@ from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
 from acp.client.connection import ClientSideConnection  # noqa: E402
 from acp.schema import ClientCapabilities  # noqa: E402
 
-from bench import relay_sides  # noqa: E402
+from bench import relay_sides, serve_batch  # noqa: E402
 from bench._common import (  # noqa: E402
+    acpctl_argv,
     add_turn_arguments,
     child_env,
+    example_agent_argv,
     machine_info,
     median,
     now,
@@ -101,7 +101,6 @@ DEFAULT_WARMUP = 3
 DEFAULT_CHUNKS = 100
 DEFAULT_TASKS = 32
 DEFAULT_JOBS = (1, 8, 32)
-BATCH_CHUNKS = 5
 TARGET_RATIO = 1.3
 # Start to session ready (process start, initialize, session/new answered), serve / direct.
 READY_TARGET_RATIO = 1.2
@@ -109,7 +108,6 @@ DEFAULT_READY_ROUNDS = 7
 HANDOFF_TURNS = 40  # also the CPU by thread: /proc counts the kernel share in 10 ms ticks
 START_TIMEOUT_S = 120.0
 TURN_TIMEOUT_S = 60.0
-BATCH_TIMEOUT_S = 1800.0
 
 SERVE = "serve"
 DIRECT = "direct"
@@ -118,14 +116,6 @@ LABELS = {
     DIRECT: "SDK client -> agent",
     **relay_sides.LABELS,
 }
-
-
-def example_agent_argv(state_file: str) -> list[str]:
-    return [sys.executable, "-m", "protocol.example_agent", "--state-file", state_file]
-
-
-def acpctl_argv(db: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "control_plane.cli", "--db", db, *args]
 
 
 # -- (a) per-turn overhead -------------------------------------------------------------------
@@ -554,126 +544,6 @@ def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- (b) batch throughput --------------------------------------------------------------------
-
-
-@dataclass
-class BatchRun:
-    jobs: int
-    tasks: int
-    seconds: float
-    cpu_s: float
-    ok: int
-
-    @property
-    def rate(self) -> float:
-        return self.tasks / self.seconds if self.seconds > 0 else float("nan")
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_batch(parent: str, jobs: int, tasks: int, chunks: int) -> BatchRun:
-    """One ``acpctl batch`` subprocess on a fresh store in a fresh directory."""
-    workdir = tempfile.mkdtemp(prefix=f"batch-j{jobs}-", dir=parent)
-    try:
-        tasks_path = os.path.join(workdir, "tasks.jsonl")
-        with open(tasks_path, "w", encoding="utf-8") as fh:
-            for i in range(tasks):
-                fh.write(json.dumps({"id": f"t{i:04d}", "prompt": f"#chunks={chunks} task {i}"}))
-                fh.write("\n")
-        results = os.path.join(workdir, "results.jsonl")
-        agent = shlex.join(example_agent_argv(os.path.join(workdir, "agent-state.json")))
-        argv = acpctl_argv(
-            os.path.join(workdir, "cp.db"),
-            "batch",
-            tasks_path,
-            "--agent",
-            agent,
-            "-j",
-            str(jobs),
-            "--out",
-            results,
-            "--json",
-        )
-        env = child_env(workdir)
-        cpu_before = _children_cpu()
-        with open(os.path.join(workdir, "batch.stderr.log"), "wb") as log:
-            start = now()
-            done = subprocess.run(
-                argv,
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                timeout=BATCH_TIMEOUT_S,
-                check=False,
-            )
-            elapsed = now() - start
-        cpu = _children_cpu() - cpu_before
-        if done.returncode != 0:
-            with open(os.path.join(workdir, "batch.stderr.log"), encoding="utf-8") as fh:
-                tail = fh.read()[-2000:]
-            raise RuntimeError(f"acpctl batch -j {jobs} exited {done.returncode}:\n{tail}")
-        with open(results, encoding="utf-8") as fh:
-            rows = [json.loads(line) for line in fh if line.strip()]
-        ok = sum(1 for row in rows if row.get("status") == "ok")
-        if len(rows) != tasks or ok != tasks:
-            raise RuntimeError(f"acpctl batch -j {jobs}: {ok} ok of {len(rows)} rows, {tasks}")
-        return BatchRun(jobs=jobs, tasks=tasks, seconds=elapsed, cpu_s=cpu, ok=ok)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def cli_start_s(parent: str) -> float:
-    """Wall time of ``acpctl --help`` (interpreter + CLI imports), the fixed cost of a run."""
-    env = child_env(parent)
-    start = now()
-    subprocess.run(
-        [sys.executable, "-m", "control_plane.cli", "--help"],
-        cwd=parent,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=True,
-        timeout=120,
-    )
-    return now() - start
-
-
-def measure_batch(parent: str, jobs: list[int], tasks: int) -> dict[str, Any]:
-    runs: list[BatchRun] = []
-    cli = cli_start_s(parent)
-    for j in jobs:
-        progress(f"acpctl batch: {tasks} tasks of '#chunks={BATCH_CHUNKS}' at -j {j}")
-        run = run_batch(parent, j, tasks, BATCH_CHUNKS)
-        progress(
-            f"  -j {j}: {run.seconds:.1f} s, {run.rate:.2f} tasks/s, "
-            f"{run.cpu_s / run.tasks:.2f} CPU s/task"
-        )
-        runs.append(run)
-    return {
-        "chunks_per_task": BATCH_CHUNKS,
-        "tasks": tasks,
-        "cli_start_s": cli,
-        "runs": [
-            {
-                "jobs": r.jobs,
-                "tasks": r.tasks,
-                "seconds": r.seconds,
-                "tasks_per_s": r.rate,
-                "cpu_s": r.cpu_s,
-                "cpu_s_per_task": r.cpu_s / r.tasks,
-                "ok": r.ok,
-            }
-            for r in runs
-        ],
-    }
-
-
 # -- report ----------------------------------------------------------------------------------
 
 
@@ -788,26 +658,7 @@ def print_report(report: dict[str, Any]) -> None:
         )
     batch = report.get("batch")
     if batch is not None:
-        print()
-        print(
-            f"acpctl batch: {batch['tasks']} tasks of '#chunks={batch['chunks_per_task']}', "
-            f"example agent, fresh store per run; wall time of the whole command"
-        )
-        header = f"{'':<10}{'seconds':>10}{'tasks/s':>10}{'CPU s/task':>12}{'vs -j first':>13}"
-        print(header)
-        print("-" * len(header))
-        base = batch["runs"][0]["tasks_per_s"] if batch["runs"] else float("nan")
-        for run in batch["runs"]:
-            label = f"-j {run['jobs']}"
-            print(
-                f"{label:<10}{run['seconds']:>10.2f}{run['tasks_per_s']:>10.2f}"
-                f"{run['cpu_s_per_task']:>12.2f}{run['tasks_per_s'] / base:>12.2f}x"
-            )
-        print()
-        print(
-            f"each task starts its own agent process; CPU s/task counts the command and all "
-            f"its descendants. `acpctl --help` alone takes {batch['cli_start_s']:.2f} s."
-        )
+        serve_batch.print_batch(batch)
     print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
 
 
@@ -897,7 +748,9 @@ def main(argv: list[str] | None = None) -> int:
         handoffs = asyncio.run(
             count_handoffs(workdir, HANDOFF_TURNS, args.warmup, args.chunks, args.read_coalesce_ms)
         )
-        batch = None if args.skip_batch else measure_batch(workdir, args.jobs, args.tasks)
+        batch = (
+            None if args.skip_batch else serve_batch.measure_batch(workdir, args.jobs, args.tasks)
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report: dict[str, Any] = {
