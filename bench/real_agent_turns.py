@@ -45,15 +45,13 @@ if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not 
 from acp import text_block  # noqa: E402
 
 from bench._common import (  # noqa: E402
-    acpctl_argv,
-    child_env,
     machine_info,
     median,
     now,
     positive_int,
     progress,
 )
-from bench.serve_overhead import Side, start_side  # noqa: E402
+from bench.serve_overhead import Side, serve_by_name, start_side  # noqa: E402
 from tests.real_agents import agents  # noqa: E402
 from tests.real_agents.model_server import ModelServer  # noqa: E402
 
@@ -66,16 +64,10 @@ TEXT = "SAY The quick brown fox jumps over the lazy dog, again and again, in the
 
 
 def serve_command(workdir: Path, name: str, base_url: str) -> tuple[list[str], dict[str, str]]:
-    """``acpctl serve --agent NAME`` with the agent configured by name in a config file (its
-    command and environment, as a user would write them), on a store of its own."""
+    """``acpctl serve --agent NAME`` on a store of its own, the agent (a home of its own)
+    configured by name."""
     agent = agents.launch(name, base_url, workdir / f"home-serve-{name}")
-    config = workdir / f"serve-{name}.toml"
-    env_table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in agent.env.items())
-    config.write_text(
-        f"[agents.{name}]\ncommand = {json.dumps(agent.argv)}\nenv = {{ {env_table} }}\n"
-    )
-    env = {**child_env(str(workdir)), "ACPCTL_CONFIG": str(config)}
-    return acpctl_argv(str(workdir / f"serve-{name}.db"), "serve", "--agent", name), env
+    return serve_by_name(str(workdir), name, agent.argv, dict(agent.env), f"serve-{name}")
 
 
 async def timed_turn(side: Side) -> float:

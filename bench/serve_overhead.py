@@ -65,6 +65,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -465,22 +466,32 @@ async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name
         return now() - start
 
 
+def serve_by_name(
+    workdir: str, name: str, argv: Sequence[str], env: dict[str, str], tag: str
+) -> tuple[list[str], dict[str, str]]:
+    """``acpctl serve --agent NAME`` on a store of its own (``<tag>.db``), the agent
+    configured by name in a config file (``<tag>.toml``: its command and environment, as a
+    user would write them)."""
+    config = Path(workdir) / f"{tag}.toml"
+    env_table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in env.items())
+    config.write_text(
+        f"[agents.{name}]\ncommand = {json.dumps(list(argv))}\nenv = {{ {env_table} }}\n"
+    )
+    serve_env = {**child_env(workdir), "ACPCTL_CONFIG": str(config)}
+    serve_argv = acpctl_argv(os.path.join(workdir, f"{tag}.db"), "serve", "--agent", name)
+    return serve_argv, serve_env
+
+
 def real_agent_sides(
     workdir: str, name: str, base_url: str
 ) -> tuple[list[str], dict[str, str], list[str], dict[str, str]]:
     """A real agent (``tests/real_agents``: Claude Code, Codex or Gemini CLI against the
     stand-in model server): its argv and env directly, and acpctl serve configured with it
-    by name (the env in the config file, as a user would)."""
+    by name."""
     from tests.real_agents.agents import launch
 
     agent = launch(name, base_url, Path(workdir) / f"home-{name}")
-    config = Path(workdir) / "real-agent.toml"
-    env_table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in agent.env.items())
-    config.write_text(
-        f"[agents.{name}]\ncommand = {json.dumps(agent.argv)}\nenv = {{ {env_table} }}\n"
-    )
-    serve_env = {**child_env(workdir), "ACPCTL_CONFIG": str(config)}
-    serve_argv = acpctl_argv(os.path.join(workdir, f"ready-{name}.db"), "serve", "--agent", name)
+    serve_argv, serve_env = serve_by_name(workdir, name, agent.argv, agent.env, f"ready-{name}")
     return serve_argv, serve_env, list(agent.argv), dict(agent.env)
 
 
