@@ -41,17 +41,13 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,7 +55,6 @@ if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not 
     sys.path.insert(0, _REPO_ROOT)
 
 from actors.settings import RuntimeSettings  # noqa: E402
-from actors.supervisor import Supervisor  # noqa: E402
 from bench._common import (  # noqa: E402
     machine_info,
     median,
@@ -70,18 +65,16 @@ from bench._common import (  # noqa: E402
     progress,
     spread,
 )
+from bench.actors_open import PROMPT, part_c, runtime_settings  # noqa: E402
+from bench.proc_sampling import Monitor, Peaks  # noqa: E402
 from bench.store_throughput import run_control_plane  # noqa: E402
 from control_plane import ControlPlane  # noqa: E402
-from protocol.agent.permissions import Decision, PermissionPolicy  # noqa: E402
 from protocol.example_agent import noop as noop_agent  # noqa: E402
 from store import (  # noqa: E402
     AgentSpec,
-    CommandKind,
     Store,
-    StoreOptions,
-    ops,
 )
-from store.schema import commands, sessions  # noqa: E402
+from store.schema import commands  # noqa: E402
 
 EXAMPLE = AgentSpec("example-agent", (sys.executable, "-m", "protocol.example_agent"))
 DEFAULT_SESSIONS = 1000
@@ -89,104 +82,7 @@ DEFAULT_CONCURRENCY = (16, 64)
 DEFAULT_ROUNDS = 3
 DEFAULT_OPEN_SESSIONS = 10_000
 DEFAULT_OPEN_COMMANDS = 20_000
-OPEN_MAX_RUNNING = 2
 STORE_COMMANDS = 640
-PROMPT = "Summarise the open pull requests in this repository."
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-# -- /proc sampling ------------------------------------------------------------------------
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """pid -> (ppid, rss bytes) for every process visible in /proc."""
-    table: dict[int, tuple[int, int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-        except OSError:
-            continue
-        rest = data[data.rfind(b")") + 2 :].split()
-        try:
-            table[int(name)] = (int(rest[1]), int(rest[21]) * PAGE)
-        except (IndexError, ValueError):
-            continue
-    return table
-
-
-def _descendants(root: int, table: dict[int, tuple[int, int]]) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def _self_status(key: str) -> int:
-    """A ``/proc/self/status`` memory field (VmRSS, VmHWM) in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-@dataclass
-class Peaks:
-    own_rss: int = 0
-    children_rss: int = 0
-    total_rss: int = 0
-    children: int = 0
-    fds: int = 0
-    samples: int = 0
-
-
-class Monitor:
-    """Samples this process's RSS and fds and its descendants' count and summed RSS."""
-
-    def __init__(self, interval_s: float = 0.5) -> None:
-        self.interval_s = interval_s
-        self.peaks = Peaks()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
-
-    def __enter__(self) -> Monitor:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.sample()
-
-    def sample(self) -> None:
-        table = _proc_table()
-        kids = _descendants(os.getpid(), table)
-        own = _self_status("VmRSS")
-        kids_rss = sum(table[p][1] for p in kids if p in table)
-        try:
-            fds = len(os.listdir("/proc/self/fd"))
-        except OSError:
-            fds = 0
-        p = self.peaks
-        p.own_rss = max(p.own_rss, own)
-        p.children_rss = max(p.children_rss, kids_rss)
-        p.total_rss = max(p.total_rss, own + kids_rss)
-        p.children = max(p.children, len(kids))
-        p.fds = max(p.fds, fds)
-        p.samples += 1
-
 
 # -- (a) and (b): sessions through the control plane ---------------------------------------
 
@@ -207,18 +103,6 @@ class SessionsRun:
     @property
     def rate(self) -> float:
         return self.sessions / self.seconds if self.seconds > 0 else float("nan")
-
-
-def _runtime_settings(workdir: str, max_running: int, passivate_after_s: float | None) -> Any:
-    settings = replace(
-        RuntimeSettings(),
-        max_running_turns=max_running,
-        permission_policy=PermissionPolicy(Decision.ALLOW),
-        log_dir=os.path.join(workdir, "agent-logs"),
-    )
-    if passivate_after_s is not None:
-        settings = replace(settings, passivate_after_s=passivate_after_s)
-    return settings
 
 
 def _command_states(store: Store) -> dict[str, int]:
@@ -243,7 +127,7 @@ def run_sessions(
     run_dir = tempfile.mkdtemp(prefix=f"{label}-{max_running}-", dir=workdir)
     cwd = os.path.join(run_dir, "work")
     os.makedirs(cwd)
-    settings = _runtime_settings(run_dir, max_running, passivate_after_s)
+    settings = runtime_settings(run_dir, max_running, passivate_after_s)
     cp = ControlPlane.open(os.path.join(run_dir, "cp.db"), settings=settings)
     close_seconds = float("nan")
     try:
@@ -345,185 +229,6 @@ def part_b(
                 + _describe(run)
             )
     return runs, store_rates
-
-
-# -- (c): open with a backlog ---------------------------------------------------------------
-
-
-def build_backlog(path: str, cwd: str, n_sessions: int, n_commands: int) -> float:
-    """Sessions each spawned with a prompt, then extra prompts round-robin until
-    ``n_commands`` are queued; a few hundred sessions per transaction. Returns seconds."""
-    agent = AgentSpec("never-ready", ("sleep", "600"))
-    blocks = [{"type": "text", "text": PROMPT}]
-    payload = {"content": blocks}
-    start = now()
-    store = Store.open(path)
-    try:
-        ids: list[str] = []
-        batch = 250
-
-        def spawn_many(k: int) -> Callable[[Any], list[str]]:
-            def write(ctx: Any) -> list[str]:
-                return [ops.spawn(ctx, agent, cwd, None, blocks, None).session.id for _ in range(k)]
-
-            return write
-
-        while len(ids) < n_sessions:
-            ids += store.write(spawn_many(min(batch, n_sessions - len(ids))))
-        extra = max(0, n_commands - len(ids))
-        targets = [ids[i % len(ids)] for i in range(extra)] if ids else []
-        for i in range(0, len(targets), batch * 2):
-            chunk = targets[i : i + batch * 2]
-
-            def enqueue_many(ctx: Any, chunk: list[str] = chunk) -> None:
-                for sid in chunk:
-                    ops.enqueue(ctx, sid, CommandKind.PROMPT, payload, None)
-
-            store.write(enqueue_many)
-    finally:
-        store.close()
-    return now() - start
-
-
-@dataclass
-class OpenRun:
-    open_seconds: float
-    first_grant_seconds: float
-    phases: dict[str, float]
-    rediscover_seconds: float
-    waiting_after_open: int
-    activations: int
-    close_seconds: float
-
-
-@contextlib.contextmanager
-def _timed_methods(t0: list[float], marks: dict[str, float]) -> Iterator[None]:
-    """Wrap a few methods to record when they ran (relative to ``t0[0]``). Restored after."""
-    originals: list[tuple[Any, str, Any]] = []
-
-    def wrap(owner: Any, name: str, label: str, first_only: bool = False) -> None:
-        original = owner.__dict__[name]
-        func = original.__func__ if isinstance(original, classmethod) else original
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            begin = now()
-            try:
-                return func(*args, **kwargs)
-            finally:
-                if not (first_only and f"{label}_at" in marks):
-                    marks[f"{label}_at"] = begin - t0[0]
-                    marks[f"{label}_s"] = now() - begin
-
-        setattr(owner, name, classmethod(timed) if isinstance(original, classmethod) else timed)
-        originals.append((owner, name, original))
-
-    wrap(Store, "open", "store_open", first_only=True)
-    wrap(Store, "recover", "recover", first_only=True)
-    wrap(Supervisor, "_discover", "discover", first_only=True)
-    wrap(Supervisor, "_granted", "first_grant", first_only=True)
-    try:
-        yield
-    finally:
-        for owner, name, original in reversed(originals):
-            setattr(owner, name, original)
-
-
-def run_open(workdir: str, pristine: str, round_no: int) -> OpenRun:
-    run_dir = os.path.join(workdir, f"open-{round_no}")
-    os.makedirs(run_dir)
-    path = os.path.join(run_dir, "cp.db")
-    shutil.copyfile(pristine, path)
-    settings = replace(
-        _runtime_settings(run_dir, OPEN_MAX_RUNNING, None),
-        agent_start_timeout_s=2.0,
-        agent_shutdown_timeout_s=0.5,
-    )
-    marks: dict[str, float] = {}
-    t0 = [0.0]
-    cp: ControlPlane | None = None
-    try:
-        with _timed_methods(t0, marks):
-            t0[0] = now()
-            cp = ControlPlane.open(path, settings=settings)
-            opened = now() - t0[0]
-            while "first_grant_at" not in marks and now() - t0[0] < 60:
-                time.sleep(0.001)
-        waiting = cp._supervisor.slots.waiting
-        begin = now()
-        cp._supervisor._discover()  # what the sweep thread repeats every sweep_interval_s
-        rediscover = now() - begin
-        activations = cp._supervisor.activations
-        close_start = now()
-        cp.close()
-        close_seconds = now() - close_start
-    finally:
-        if cp is not None:
-            cp.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
-    phases = {
-        "store_open_s": marks.get("store_open_s", float("nan")),
-        "recover_s": marks.get("recover_s", float("nan")),
-        "discover_s": marks.get("discover_s", float("nan")),
-    }
-    return OpenRun(
-        open_seconds=opened,
-        first_grant_seconds=marks.get("first_grant_at", float("nan")),
-        phases=phases,
-        rediscover_seconds=rediscover,
-        waiting_after_open=waiting,
-        activations=activations,
-        close_seconds=close_seconds,
-    )
-
-
-def part_c(workdir: str, n_sessions: int, n_commands: int, rounds: int) -> dict[str, Any]:
-    pristine = os.path.join(workdir, "backlog.db")
-    cwd = os.path.join(workdir, "backlog-work")
-    os.makedirs(cwd, exist_ok=True)
-    progress(f"(c) building a store: {n_sessions} sessions, {n_commands} queued commands")
-    build_s = build_backlog(pristine, cwd, n_sessions, n_commands)
-    store = Store.open(pristine, StoreOptions())
-    try:
-        from sqlalchemy import func, select
-
-        queued = store.read(
-            lambda c: c.execute(
-                select(func.count()).select_from(commands).where(commands.c.state == "queued")
-            ).scalar_one()
-        )
-        n_rows = store.read(
-            lambda c: c.execute(select(func.count()).select_from(sessions)).scalar_one()
-        )
-    finally:
-        store.close()
-    size_mb = os.path.getsize(pristine) / (1024 * 1024)
-    progress(f"  built in {build_s:.1f} s: {n_rows} sessions, {queued} queued, {size_mb:.1f} MiB")
-    runs: list[OpenRun] = []
-    for r in range(rounds):
-        run = run_open(workdir, pristine, r)
-        runs.append(run)
-        progress(
-            f"(c) round {r + 1}/{rounds}: open {run.open_seconds * 1000:.0f} ms, first grant "
-            f"{run.first_grant_seconds * 1000:.0f} ms, phases "
-            + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in run.phases.items())
-            + f", rediscover {run.rediscover_seconds * 1000:.0f} ms, close "
-            f"{run.close_seconds:.1f} s"
-        )
-    return {
-        "sessions": int(n_rows),
-        "queued_commands": int(queued),
-        "build_seconds": build_s,
-        "file_mib": size_mb,
-        "max_running_turns": OPEN_MAX_RUNNING,
-        "runs": [asdict(r) for r in runs],
-        "median_open_ms": median([r.open_seconds * 1000 for r in runs]),
-        "median_first_grant_ms": median([r.first_grant_seconds * 1000 for r in runs]),
-        "median_phase_ms": {k: median([r.phases[k] * 1000 for r in runs]) for k in runs[0].phases},
-        "median_rediscover_ms": median([r.rediscover_seconds * 1000 for r in runs]),
-        "min_max_open_ms": spread([r.open_seconds * 1000 for r in runs]),
-        "max_activations": max(r.activations for r in runs),
-        "median_close_s": median([r.close_seconds for r in runs]),
-    }
 
 
 # -- report ----------------------------------------------------------------------------------

@@ -144,18 +144,74 @@ def eventually(
         time.sleep(interval)
 
 
-# The longest tests (real agents: Node start-up, kill -9 and restart) go first, so that with
-# pytest-xdist no worker is left running one of them alone at the end of the run.
-LONG_FIRST = ("real_agents",)
+# What the default run (the README's ``pytest``) leaves to the full matrix (``pytest -m full``,
+# which .ci/run runs), by directory: suites that need what a fresh machine may lack, or that
+# repeat a behaviour the default run covers with a representative (docs/operations.md,
+# "Running the tests").
+FULL_DIRS = {
+    "real_agents": "real agents: Node.js and their npm packages",
+    "console": "the console in a real Chromium",
+    "crash": "the crash and fault loops (real kill -9, a full tmpfs)",
+    "nodes": "fleets of node processes on PostgreSQL",
+}
+
+# The longest tests go first, so that with pytest-xdist no worker is left running one of them
+# alone at the end of the run: the real agents (Node start-up, kill -9 and restart), then the
+# default run's modules whose tests kill and restart control planes or wait out leases.
+LONG_FIRST = (
+    "real_agents",
+    "nodes",
+    "test_mcp_tools",
+    "test_two_processes",
+    "test_cli",
+    "test_session_actors",
+    "test_serve",
+    "test_subagents",
+    "test_remote_attach",
+    "test_remote_operations",
+    "test_remote_resume",
+    "test_storage_faults",
+    "test_serve_passthrough",
+)
+
+
+def _on_postgresql(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and "postgresql" in callspec.params.values()
+
+
+def _in_full_matrix(item: pytest.Item) -> bool:
+    """Whether the default run leaves ``item`` to ``pytest -m full``: everything in
+    ``FULL_DIRS`` and every PostgreSQL variant, except where the behaviour itself is the
+    backend's (``backend_specific``: the store's statements, migrations, claims,
+    notifications, ownership; one fleet test), and whatever a test marks ``full`` itself."""
+    if item.get_closest_marker("full") is not None:
+        return True
+    backend_specific = item.get_closest_marker("backend_specific") is not None
+    if item.path.parent.name == "nodes":
+        return not backend_specific
+    if item.path.parent.name in FULL_DIRS:
+        return True
+    return _on_postgresql(item) and not backend_specific
+
+
+def _long_rank(item: pytest.Item) -> int:
+    for rank, name in enumerate(LONG_FIRST):
+        if name in (item.path.parent.name, item.path.stem):
+            return rank
+    return len(LONG_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/crash/ carries the ``crash`` marker: the crash and fault loops
-    (a third of the suite's time) run in .ci/run on their own (``pytest -m crash``)."""
+    """Marks the full matrix (``full``) and the crash loops (``crash``: everything under
+    tests/crash/, run one at a time by ``pytest -n 0 -m 'crash and not slow'``), then puts
+    the longest tests first."""
     for item in items:
-        if "crash" in item.path.parent.name:
+        if item.path.parent.name == "crash":
             item.add_marker(pytest.mark.crash)
-    items.sort(key=lambda item: item.path.parent.name not in LONG_FIRST)  # stable
+        if _in_full_matrix(item) and item.get_closest_marker("full") is None:
+            item.add_marker(pytest.mark.full)
+    items.sort(key=_long_rank)  # stable: the files' own order within a rank
 
 
 @pytest.fixture

@@ -10,6 +10,10 @@ from state_machines import SessionNotFound
 from store import AsyncReader, NewEvent, Store
 from tests.conftest import AGENT
 
+# The PostgreSQL variants stay in the default run: aiosqlite on SQLite,
+# psycopg's async connections on PostgreSQL.
+pytestmark = pytest.mark.backend_specific
+
 
 def test_async_reader_lists_sessions_and_reads_events_after_a_seq(store: Store, db: str) -> None:
     a = store.spawn(AGENT, "/a", None, None, "a").session.id

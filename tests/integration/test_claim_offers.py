@@ -51,6 +51,8 @@ def _claim(store: Store, sid: str, command_id: str, epoch: int) -> list[CommandR
     return store.write(lambda ctx: turns.claim_submitted(ctx, sid, command_id, epoch, False))
 
 
+# A claim offer is each backend's conditional update: both backends by default.
+@pytest.mark.backend_specific
 def test_the_head_prompt_of_an_idle_session_is_claimed_at_its_owners_epoch(store: Store) -> None:
     sid, epoch = _idle(store)
     command = _queue(store, sid)
@@ -62,6 +64,7 @@ def test_the_head_prompt_of_an_idle_session_is_claimed_at_its_owners_epoch(store
     assert store.events(sid)[-1].kind == "prompt"
 
 
+@pytest.mark.backend_specific
 def test_no_claim_at_another_epoch_behind_another_command_or_while_running(store: Store) -> None:
     sid, epoch = _idle(store)
     first = _queue(store, sid, "first")
@@ -75,6 +78,7 @@ def test_no_claim_at_another_epoch_behind_another_command_or_while_running(store
     assert store.get_command(second.id).attempts == 0
 
 
+@pytest.mark.backend_specific
 def test_an_unclaimed_prompt_is_queued_again_with_its_attempt_given_back(store: Store) -> None:
     sid, epoch = _idle(store)
     command = _queue(store, sid)
@@ -92,6 +96,7 @@ def test_an_unclaimed_prompt_is_queued_again_with_its_attempt_given_back(store: 
     assert [(c.id, c.attempts) for c in retaken] == [(command.id, 1)]
 
 
+@pytest.mark.backend_specific
 def test_an_unclaimed_prompt_of_a_cancelled_turn_is_cancelled(store: Store) -> None:
     sid, epoch = _idle(store)
     command = _queue(store, sid)
@@ -105,6 +110,7 @@ def test_an_unclaimed_prompt_of_a_cancelled_turn_is_cancelled(store: Store) -> N
     assert (ended.kind, ended.payload["stopReason"]) == ("turn_ended", "cancelled")
 
 
+@pytest.mark.backend_specific
 def test_a_refused_prompt_takes_no_seq_and_writes_nothing(store: Store) -> None:
     """A prompt's seq and its terms are one statement: a prompt refused after it (a budget's
     stop) raises its typed error, its rollback gives the seq back, and the session's next

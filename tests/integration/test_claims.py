@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from store import CommandKind, Store
 from store.location import Backend
 from store.ops import claims, nodes
 from store.ops.nodes import NodeSpec
 from store.placement import Placement
 from tests.conftest import AGENT
+
+# The PostgreSQL variants stay in the default run: claims are each backend's
+# conditional updates.
+pytestmark = pytest.mark.backend_specific
 
 PROMPT = {"content": [{"type": "text", "text": "go"}]}
 

@@ -205,6 +205,9 @@ def test_batch_rerun_with_a_changed_prompt_is_a_clear_conflict(tmp_path: Path, d
     assert "idempotency key" in output and ":a" in output
 
 
+# A kill loop (the batch killed again and again): in the full matrix; the default run keeps
+# the rerun and the Ctrl-C tests.
+@pytest.mark.full
 @pytest.mark.timeout(240)
 def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path, db: str) -> None:
     import random

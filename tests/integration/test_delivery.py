@@ -18,6 +18,10 @@ from tests.conftest import AGENT, eventually
 from tests.support.direct_sql import is_postgres
 from tests.support.postgres import PostgresServer
 
+# The PostgreSQL variants stay in the default run: delivery checkpoints are
+# each backend's compare-and-set.
+pytestmark = pytest.mark.backend_specific
+
 
 def _spawn_with(store: Store, spec: BindingSpec, key: str) -> tuple[str, str]:
     result = store.spawn(AGENT, "/w", spec, None, key)

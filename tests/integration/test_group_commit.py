@@ -16,6 +16,10 @@ from store import CommandKind, EnqueueResult, Store, ops
 from store.writer import WriteContext
 from tests.conftest import AGENT
 
+# The PostgreSQL variants stay in the default run: the group commit is each
+# backend's transaction.
+pytestmark = pytest.mark.backend_specific
+
 PAYLOAD = {"content": [{"type": "text", "text": "hello"}]}
 
 

@@ -17,6 +17,10 @@ from tests.support.direct_sql import execute, is_postgres, query
 from tests.support.schema_snapshot import alembic_upgrade
 from tests.support.store_contents import stored_bytes
 
+# The PostgreSQL variants stay in the default run: each backend has its own
+# migrations.
+pytestmark = pytest.mark.backend_specific
+
 
 def test_migrated_database_matches_the_schema_module(empty_db: str) -> None:
     # By Alembic, revision by revision: Store.open would create a new store from the schema

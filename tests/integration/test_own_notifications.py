@@ -12,6 +12,10 @@ from store import CommandKind, Store
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
+# The PostgreSQL variants stay in the default run: PostgreSQL's own
+# notifications.
+pytestmark = pytest.mark.backend_specific
+
 
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)
 def test_own_commits_notifications_are_skipped_and_others_handed_over(

@@ -25,6 +25,10 @@ from store.writer import WriteContext
 from tests.support.spawned import kinds_after_spawn, spawned_session
 from tests.support.update_frames import chunk_frame
 
+# The PostgreSQL variants stay in the default run: the recorder's writes
+# are each backend's statements.
+pytestmark = pytest.mark.backend_specific
+
 T = TypeVar("T")
 
 

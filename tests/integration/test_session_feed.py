@@ -16,6 +16,10 @@ from store import NewEvent, SessionCommit, Store, ops
 from store.writer import WriteContext
 from tests.support.spawned import kinds_after_spawn, spawned_session
 
+# The PostgreSQL variants stay in the default run: the feed reads each
+# backend's commits.
+pytestmark = pytest.mark.backend_specific
+
 
 class Collect:
     """A watcher that takes from its mailbox when asked (the test's thread)."""

@@ -37,6 +37,10 @@ from store.writer import WriteContext
 from tests.conftest import AGENT
 from tests.support.direct_sql import query
 
+# The PostgreSQL variants stay in the default run: every store operation
+# is its backend's own SQL.
+pytestmark = pytest.mark.backend_specific
+
 PROMPT = [{"type": "text", "text": "hello"}]
 
 

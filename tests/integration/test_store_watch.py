@@ -11,9 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from state_machines import CommandState
 from store import AsyncReader, EventRecord, NewEvent, Store
 from tests.support.spawned import spawned_session
+
+# The PostgreSQL variants stay in the default run: SQLite polls its file,
+# PostgreSQL listens for notifications.
+pytestmark = pytest.mark.backend_specific
 
 
 @contextmanager

@@ -188,6 +188,9 @@ def test_b_does_not_run_a_session_that_live_process_a_owns(tmp_path: Path, db: s
     eventually(lambda: not pid_alive(owned.agent_pid), 10, "A's agent gone (pdeathsig)")
 
 
+# Ownership and fencing (leases, epochs) are each backend's: the takeover runs on both by
+# default.
+@pytest.mark.backend_specific
 def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path, db: str) -> None:
     # A long turn: A's prompt is still running when A is killed, whatever the load.
     prompt = "#chunks=60 #delay=100 a"

@@ -264,6 +264,8 @@ def test_placement_pins_a_session_to_its_node_and_labels_let_others_take_over(
         assert cp.wait(follow.id, 60).state is CommandState.COMPLETED
 
 
+# The fleet's representative in the default run (the rest run with -m full).
+@pytest.mark.backend_specific
 @pytest.mark.timeout(120)
 def test_a_prompt_and_a_cancel_through_any_node_reach_the_owner_at_once(fleet: Fleet) -> None:
     # Discovery every 60 s: only the notification can explain a prompt taken in seconds.

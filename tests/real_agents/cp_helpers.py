@@ -25,7 +25,7 @@ from tests.support.store_contents import stored_bytes
 
 from .agents import AgentLaunch
 from .client import RecordingClient
-from .model_server import RecordedRequest, _anthropic_text, _gemini_text, _openai_item_text
+from .model_requests import RecordedRequest, anthropic_text, gemini_text, openai_item_text
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "ACP_REAPER_ID"
@@ -324,7 +324,7 @@ def user_texts(req: RecordedRequest) -> list[str]:
     if req.api == "anthropic":
         for msg in body.get("messages") or []:
             if msg.get("role") == "user":
-                texts.append(_anthropic_text(msg.get("content")))
+                texts.append(anthropic_text(msg.get("content")))
     elif req.api == "openai":
         items = body.get("input") or []
         if isinstance(items, str):
@@ -335,11 +335,11 @@ def user_texts(req: RecordedRequest) -> list[str]:
                 and item.get("role") == "user"
                 and item.get("type", "message") == "message"
             ):
-                texts.append(_openai_item_text(item))
+                texts.append(openai_item_text(item))
     elif req.api == "gemini":
         for c in body.get("contents") or []:
             if c.get("role", "user") == "user":
-                texts.append(_gemini_text(c.get("parts")))
+                texts.append(gemini_text(c.get("parts")))
     return [t for t in texts if t.strip()]
 
 
@@ -379,7 +379,7 @@ def turn_starts(reqs: list[RecordedRequest], text: str) -> list[int]:
         elif req.api == "openai" and isinstance(body.get("input"), list) and body["input"]:
             item = body["input"][-1]
             if isinstance(item, dict) and item.get("role") == "user":
-                last = _openai_item_text(item)
+                last = openai_item_text(item)
         elif req.api == "gemini" and body.get("contents"):
             content = body["contents"][-1]
             parts = content.get("parts") or []

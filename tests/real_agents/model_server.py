@@ -34,229 +34,24 @@ import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
+from .model_requests import (
+    Directive,
+    RecordedRequest,
+    anthropic_analyse,
+    anthropic_text,
+    chunks,
+    final_text,
+    gemini_analyse,
+    json_for_schema,
+    openai_analyse,
+    parse_directive,
+)
+
 __all__ = ["Directive", "ModelServer", "RecordedRequest", "parse_directive"]
-
-_DIRECTIVE_RE = re.compile(r"^[ \t]*(SAY|RUN|WRITE)[ \t]+(.+?)[ \t]*$", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Directive:
-    """What the scripted model should do for one request."""
-
-    kind: str  # "say" | "run" | "write" | "done" | "default"
-    text: str = ""
-    command: str = ""
-    path: str = ""
-
-
-def parse_directive(text: str) -> Directive:
-    """Parse the script out of a user message text (the last directive line wins)."""
-    matches = list(_DIRECTIVE_RE.finditer(text or ""))
-    if not matches:
-        return Directive("default", text="ok")
-    verb, arg = matches[-1].group(1), matches[-1].group(2)
-    if verb == "SAY":
-        return Directive("say", text=arg)
-    if verb == "RUN":
-        return Directive("run", command=arg)
-    path, _, content = arg.partition(" ")
-    return Directive("write", path=path, text=content)
-
-
-@dataclass
-class RecordedRequest:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
-    api: str  # "anthropic" | "openai" | "gemini" | "other"
-    directive: Directive | None = None
-    at: float = field(default_factory=time.time)
-
-
-def chunks(text: str, n: int = 4) -> list[str]:
-    """Split ``text`` into up to ``n`` non-empty pieces (at least 2 when possible)."""
-    if len(text) <= 1:
-        return [text] if text else []
-    size = max(1, -(-len(text) // n))
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def first_line(output: str) -> str:
-    for line in (output or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def _shell_output_text(raw: Any) -> str:
-    """Best-effort extraction of the command's stdout from an agent's tool-result payload."""
-    if isinstance(raw, list):
-        return "\n".join(_shell_output_text(x) for x in raw)
-    if isinstance(raw, dict):
-        for key in ("output", "stdout", "text", "content", "llmContent"):
-            if key in raw:
-                return _shell_output_text(raw[key])
-        return json.dumps(raw)
-    text = "" if raw is None else str(raw)
-    stripped = text.strip()
-    if re.fullmatch(r"\(.*\bno output\)", stripped):  # "(Bash completed with no output)"
-        return ""
-    if stripped.startswith("{"):
-        try:
-            return _shell_output_text(json.loads(stripped))
-        except ValueError:
-            pass
-    # Codex: "Exit code: 0\nWall time: ...\nOutput:\n<stdout>"; Gemini: "Output: <stdout>\n..."
-    m = re.search(r"(?:^|\n)Output:[ \t]*\n?(.*)", text, re.DOTALL)
-    if m:
-        out = m.group(1)
-        if out.strip() in ("(empty)", ""):
-            return ""
-        return out
-    return text
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-API request analysis: (directive, tool result output or None, available tool names)
-# ----------------------------------------------------------------------------------------------
-
-
-def _anthropic_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content or []:
-        if isinstance(block, dict) and block.get("type") == "text":
-            parts.append(block.get("text", ""))
-    return "\n".join(parts)
-
-
-def _anthropic_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
-    messages = body.get("messages") or []
-    if messages and messages[-1].get("role") == "user":
-        content = messages[-1].get("content")
-        if isinstance(content, list):
-            results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
-            if results:
-                return _earlier_directive(messages, _anthropic_text), _shell_output_text(
-                    results[-1].get("content")
-                )
-    for msg in reversed(messages):
-        if msg.get("role") == "user":
-            return parse_directive(_anthropic_text(msg.get("content"))), None
-    return Directive("default", text="ok"), None
-
-
-def _earlier_directive(messages: list[Any], text_of: Any) -> Directive:
-    for msg in reversed(messages):
-        if msg.get("role") in ("user", None):
-            d = parse_directive(text_of(msg.get("content") or msg.get("parts")))
-            if d.kind != "default":
-                return d
-    return Directive("default", text="ok")
-
-
-def _openai_item_text(item: Any) -> str:
-    content = item.get("content") if isinstance(item, dict) else item
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        c.get("text", "")
-        for c in content or []
-        if isinstance(c, dict) and c.get("type") in ("input_text", "text", "output_text")
-    )
-
-
-def _openai_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
-    items = body.get("input") or []
-    if isinstance(items, str):
-        return parse_directive(items), None
-    user_items = [
-        i
-        for i in items
-        if isinstance(i, dict) and i.get("role") == "user" and i.get("type", "message") == "message"
-    ]
-    last = items[-1] if items else {}
-    directive = Directive("default", text="ok")
-    for item in reversed(user_items):
-        d = parse_directive(_openai_item_text(item))
-        if d.kind != "default":
-            directive = d
-            break
-    if isinstance(last, dict) and last.get("type") in (
-        "function_call_output",
-        "custom_tool_call_output",
-        "local_shell_call_output",
-    ):
-        return directive, _shell_output_text(last.get("output"))
-    if user_items:
-        return parse_directive(_openai_item_text(user_items[-1])), None
-    return directive, None
-
-
-def _gemini_text(parts: Any) -> str:
-    return "\n".join(p.get("text", "") for p in parts or [] if isinstance(p, dict) and "text" in p)
-
-
-def _gemini_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
-    contents = body.get("contents") or []
-    if contents and contents[-1].get("role", "user") == "user":
-        parts = contents[-1].get("parts") or []
-        responses = [p["functionResponse"] for p in parts if "functionResponse" in p]
-        if responses:
-            directive = Directive("default", text="ok")
-            for c in reversed(contents):
-                if c.get("role", "user") == "user":
-                    d = parse_directive(_gemini_text(c.get("parts")))
-                    if d.kind != "default":
-                        directive = d
-                        break
-            return directive, _shell_output_text(responses[-1].get("response"))
-    for c in reversed(contents):
-        if c.get("role", "user") == "user":
-            text = _gemini_text(c.get("parts"))
-            if text.strip():
-                return parse_directive(text), None
-    return Directive("default", text="ok"), None
-
-
-def _final_text(directive: Directive, output: str) -> str:
-    if directive.kind == "write":
-        return f"done: wrote {directive.path}"
-    line = first_line(output)
-    return f"done: {line}" if line else "done"
-
-
-def _json_for_schema(schema: Any, name: str = "") -> Any:
-    """A plausible value for a JSON schema (Gemini CLI's JSON side calls)."""
-    if not isinstance(schema, dict):
-        return "ok"
-    if schema.get("enum"):
-        values = schema["enum"]
-        for preferred in ("user", "flash"):
-            if preferred in values:
-                return preferred
-        return values[0]
-    typ = str(schema.get("type", "object")).lower()
-    if typ == "object":
-        props = schema.get("properties") or {}
-        return {k: _json_for_schema(v, k) for k, v in props.items()}
-    if typ == "array":
-        return []
-    if typ in ("boolean", "bool"):
-        return False
-    if typ in ("integer", "number"):
-        return 0
-    if name == "next_speaker":
-        return "user"
-    return "ok"
 
 
 class _ModelHTTPServer(ThreadingHTTPServer):
@@ -389,14 +184,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.model._reject_key(self, "anthropic"):
             return
-        directive, output = _anthropic_analyse(body)
+        directive, output = anthropic_analyse(body)
         rec.directive = directive
         tools = {t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
         model = body.get("model", "claude-stand-in")
         blocks: list[dict[str, Any]] = []
         stop = "end_turn"
         if output is not None:
-            blocks.append({"type": "text", "text": _final_text(directive, output)})
+            blocks.append({"type": "text", "text": final_text(directive, output)})
         elif directive.kind == "run" and "Bash" in tools:
             blocks.append(
                 {
@@ -487,7 +282,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = rec.body if isinstance(rec.body, dict) else {}
         if self.model._reject_key(self, "openai"):
             return
-        directive, output = _openai_analyse(body)
+        directive, output = openai_analyse(body)
         rec.directive = directive
         tools: dict[str, dict[str, Any]] = {}
         for t in body.get("tools") or []:
@@ -496,7 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
         resp_id = "resp_" + uuid.uuid4().hex[:20]
         items: list[dict[str, Any]] = []
         if output is not None:
-            items.append(_oa_message(_final_text(directive, output)))
+            items.append(_oa_message(final_text(directive, output)))
         else:
             call = None
             if directive.kind == "run":
@@ -568,7 +363,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.model._reject_key(self, "gemini"):
             return
-        directive, output = _gemini_analyse(body)
+        directive, output = gemini_analyse(body)
         rec.directive = directive
         gen_cfg = body.get("generationConfig") or {}
         schema = gen_cfg.get("responseJsonSchema") or gen_cfg.get("responseSchema")
@@ -578,9 +373,9 @@ class _Handler(BaseHTTPRequestHandler):
                 tools.add(fd.get("name"))
         parts: list[dict[str, Any]] = []
         if schema or gen_cfg.get("responseMimeType") == "application/json":
-            parts.append({"text": json.dumps(_json_for_schema(schema or {}))})
+            parts.append({"text": json.dumps(json_for_schema(schema or {}))})
         elif output is not None:
-            parts.append({"text": _final_text(directive, output)})
+            parts.append({"text": final_text(directive, output)})
         elif directive.kind == "run" and "run_shell_command" in tools:
             args = {"command": directive.command, "description": "Run the command"}
             parts.append({"functionCall": {"name": "run_shell_command", "args": args}})
@@ -615,7 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _claude_cwd(body: dict[str, Any]) -> str:
     system = body.get("system")
-    text = system if isinstance(system, str) else _anthropic_text(system)
+    text = system if isinstance(system, str) else anthropic_text(system)
     m = re.search(r"(?:Primary working directory|Working directory): (\S+)", text or "")
     return m.group(1) if m else "."
 

@@ -16,6 +16,9 @@ import pytest
 from tests.support.remote_client import ListenServer, ws_client
 
 CLIENT_DIR = Path(__file__).parent / "ts_client"
+# Node.js and the TypeScript SDK: in the full matrix (pytest -m full), beside the real agents.
+pytestmark = pytest.mark.full
+
 INSTALL = "install Node.js 18+ and run: npm ci --prefix tests/remote/ts_client"
 
 

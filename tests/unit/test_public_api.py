@@ -209,6 +209,8 @@ def test_spawn_prompt_list_and_close_through_the_api(tmp_path: Path, db: str) ->
             cp.get("missing")
 
 
+# Paging is each backend's SQL: both stay in the default run.
+@pytest.mark.backend_specific
 def test_list_sessions_pages_with_a_cursor(tmp_path: Path, db: str) -> None:
     with ControlPlane.open(db, run_sessions=False) as cp:
         ids = [cp.spawn(["agent"], tmp_path, idempotency_key=f"k{i}").session.id for i in range(7)]

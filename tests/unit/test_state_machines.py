@@ -200,6 +200,8 @@ class StoreFollowsTheTables(RuleBasedStateMachine):
             assert self.store.get_command(self.command_id).state is self.final_command
 
 
+# Each backend's statements carry the transitions: both stay in the default run.
+@pytest.mark.backend_specific
 def test_the_store_follows_the_tables(db: str) -> None:
     # A factory is what it calls; its annotation differs between hypothesis releases
     # (untyped in some, ``type[RuleBasedStateMachine]`` in others), so it is called untyped.
