@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import uuid
@@ -24,6 +25,17 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 AGENT = AgentSpec(name="test-agent", command=(sys.executable, "-c", "pass"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A run started in the background of a shell without job control (``nohup``, ``cmd &``
+    in a script) inherits SIGINT ignored, and so would every process it starts: Python then
+    installs no ``KeyboardInterrupt`` handler, and an ignored signal stays ignored across
+    ``exec``. The tests that press Ctrl-C on a batch, and the reaper's test of the agent's
+    dispositions, need what a terminal's foreground job has; a handled signal is reset to the
+    default in every child."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
