@@ -1,5 +1,6 @@
-"""Memory and process sampling from /proc for the benchmarks (bench/actors.py): this
-process's RSS and open fds, and its descendants' count and summed RSS, at their peaks."""
+"""Memory, process and CPU sampling from /proc for the benchmarks: this process's RSS and
+open fds and its descendants' count and summed RSS, at their peaks (bench/actors.py); a
+process's CPU seconds and its children (bench/serve_overhead.py)."""
 
 from __future__ import annotations
 
@@ -99,3 +100,29 @@ class Monitor:
         p.children = max(p.children, len(kids))
         p.fds = max(p.fds, fds)
         p.samples += 1
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds a live process has used (Linux ``/proc``), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (serve starts its agents from its loop thread)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                found += [int(c) for c in children.read().split()]
+        except OSError:
+            continue
+    return found

@@ -51,7 +51,8 @@ from bench._common import (  # noqa: E402
     positive_int,
     progress,
 )
-from bench.serve_overhead import Side, serve_by_name, start_side  # noqa: E402
+from bench.serve_ready import serve_by_name  # noqa: E402
+from bench.serve_sides import Side, start_side  # noqa: E402
 from tests.real_agents import agents  # noqa: E402
 from tests.real_agents.model_server import ModelServer  # noqa: E402
 

@@ -63,21 +63,15 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if sys.path[0] != _REPO_ROOT:  # ahead of bench/ itself, whose actors.py is not the package
     sys.path.insert(0, _REPO_ROOT)
 
-from acp import PROTOCOL_VERSION, spawn_agent_process, text_block  # noqa: E402
-from acp.client.connection import ClientSideConnection  # noqa: E402
-from acp.schema import ClientCapabilities  # noqa: E402
+from acp import text_block  # noqa: E402
 
 from bench import relay_sides, serve_batch  # noqa: E402
 from bench._common import (  # noqa: E402
@@ -92,118 +86,31 @@ from bench._common import (  # noqa: E402
     percentile,
     positive_int,
     positive_int_list,
-    print_turn_table,
     progress,
     turn_sides,
 )
+from bench.proc_sampling import child_pids, process_cpu_s  # noqa: E402
+from bench.serve_ready import measure_ready  # noqa: E402
+from bench.serve_report import (  # noqa: E402
+    DIRECT,
+    LABELS,
+    SERVE,
+    TARGET_RATIO,
+    print_report,
+)
+from bench.serve_sides import START_TIMEOUT_S, Side, start_side  # noqa: E402
 
 DEFAULT_TURNS = 30
 DEFAULT_WARMUP = 3
 DEFAULT_CHUNKS = 100
 DEFAULT_TASKS = 32
 DEFAULT_JOBS = (1, 8, 32)
-TARGET_RATIO = 1.3
-# Start to session ready (process start, initialize, session/new answered), serve / direct.
-READY_TARGET_RATIO = 1.2
 DEFAULT_READY_ROUNDS = 7
 HANDOFF_TURNS = 40  # also the CPU by thread: /proc counts the kernel share in 10 ms ticks
-START_TIMEOUT_S = 120.0
 TURN_TIMEOUT_S = 60.0
-
-SERVE = "serve"
-DIRECT = "direct"
-LABELS = {
-    SERVE: "acpctl serve (store)",
-    DIRECT: "SDK client -> agent",
-    **relay_sides.LABELS,
-}
 
 
 # -- (a) per-turn overhead -------------------------------------------------------------------
-
-
-class CountingClient:
-    """Counts the ``agent_message_chunk`` updates it receives (per turn: reset before it)."""
-
-    def __init__(self) -> None:
-        self.chunks = 0
-        self.other = 0
-        # Agent write to client read, ms, per update of the timed turns (``#stamp``: each
-        # chunk ends with "@<the agent's CLOCK_MONOTONIC in ns>"; the clock is system-wide).
-        self.latencies_ms: list[float] = []
-        self.timing = False
-
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        if getattr(update, "session_update", None) == "agent_message_chunk":
-            self.chunks += 1
-            if self.timing:
-                sent = update_stamp_ns(update)
-                if sent is not None:
-                    self.latencies_ms.append((time.monotonic_ns() - sent) / 1e6)
-        else:
-            self.other += 1
-
-    async def request_permission(self, *_: Any, **__: Any) -> Any:
-        raise RuntimeError("a '#chunks=N' turn asks no permission")
-
-
-@dataclass
-class Side:
-    name: str
-    client: CountingClient
-    conn: ClientSideConnection
-    session_id: str
-    pid: int = 0
-    times_ms: list[float] = field(default_factory=list)
-
-
-async def start_side(
-    stack: AsyncExitStack, name: str, argv: list[str], workdir: str, env: dict[str, str]
-) -> Side:
-    client = CountingClient()
-    stderr = stack.enter_context(open(os.path.join(workdir, f"{name}.stderr.log"), "ab"))  # noqa: SIM115
-    conn, process = await stack.enter_async_context(
-        spawn_agent_process(
-            client,  # type: ignore[arg-type]  # duck-typed client
-            argv[0],
-            *argv[1:],
-            env=env,
-            cwd=workdir,
-            transport_kwargs={"stderr": stderr.fileno(), "shutdown_timeout": 5.0},
-            use_unstable_protocol=True,
-        )
-    )
-    await conn.initialize(
-        protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
-    )
-    session = await conn.new_session(cwd=workdir, mcp_servers=[])
-    return Side(name, client, conn, session.session_id, pid=process.pid)
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds a live process has used (Linux ``/proc``), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def child_pids(pid: int) -> list[int]:
-    """Children of every thread of ``pid`` (serve starts its agents from its loop thread)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
-                found += [int(c) for c in children.read().split()]
-        except OSError:
-            continue
-    return found
 
 
 def cpu_snapshot(sides: list[Side]) -> dict[str, float | None]:
@@ -239,13 +146,6 @@ async def run_turn(side: Side, text: str, chunks: int) -> float:
             f"response, expected {chunks}"
         )
     return elapsed
-
-
-def update_stamp_ns(update: Any) -> int | None:
-    """The agent's send time out of a ``#stamp`` chunk ("c7@123456789 "), None without one."""
-    text = getattr(getattr(update, "content", None), "text", "")
-    _, at, stamp = text.rstrip().rpartition("@")
-    return int(stamp) if at and stamp.isdigit() else None
 
 
 def free_port() -> int:
@@ -457,86 +357,6 @@ async def count_handoffs(
     }
 
 
-async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name: str) -> float:
-    """Seconds from spawning ``argv`` to its ``session/new`` answered (a fresh process; for
-    serve, a session whose backend agent has started: serve answers only then)."""
-    async with AsyncExitStack() as stack:
-        start = now()
-        await asyncio.wait_for(start_side(stack, name, argv, workdir, env), START_TIMEOUT_S)
-        return now() - start
-
-
-def serve_by_name(
-    workdir: str, name: str, argv: Sequence[str], env: dict[str, str], tag: str
-) -> tuple[list[str], dict[str, str]]:
-    """``acpctl serve --agent NAME`` on a store of its own (``<tag>.db``), the agent
-    configured by name in a config file (``<tag>.toml``: its command and environment, as a
-    user would write them)."""
-    config = Path(workdir) / f"{tag}.toml"
-    env_table = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in env.items())
-    config.write_text(
-        f"[agents.{name}]\ncommand = {json.dumps(list(argv))}\nenv = {{ {env_table} }}\n"
-    )
-    serve_env = {**child_env(workdir), "ACPCTL_CONFIG": str(config)}
-    serve_argv = acpctl_argv(os.path.join(workdir, f"{tag}.db"), "serve", "--agent", name)
-    return serve_argv, serve_env
-
-
-def real_agent_sides(
-    workdir: str, name: str, base_url: str
-) -> tuple[list[str], dict[str, str], list[str], dict[str, str]]:
-    """A real agent (``tests/real_agents``: Claude Code, Codex or Gemini CLI against the
-    stand-in model server): its argv and env directly, and acpctl serve configured with it
-    by name."""
-    from tests.real_agents.agents import launch
-
-    agent = launch(name, base_url, Path(workdir) / f"home-{name}")
-    serve_argv, serve_env = serve_by_name(workdir, name, agent.argv, agent.env, f"ready-{name}")
-    return serve_argv, serve_env, list(agent.argv), dict(agent.env)
-
-
-async def measure_ready(workdir: str, rounds: int, real_agent: str | None = None) -> dict[str, Any]:
-    """Start to session ready, serve against direct, interleaved (the order alternates). One
-    untimed serve start first: the very first serve of an agent command starts the agent
-    once to learn its capabilities (then kept in the store); every later start answers
-    ``initialize`` from the store and pays one agent start, at ``session/new``."""
-    env = child_env(workdir)
-    backend = shlex.join(example_agent_argv(os.path.join(workdir, "ready-agent-state.json")))
-    serve_argv = acpctl_argv(os.path.join(workdir, "ready.db"), "serve", "--agent", backend)
-    direct_argv = example_agent_argv(os.path.join(workdir, "ready-direct-state.json"))
-    serve_env = direct_env = env
-    async with AsyncExitStack() as stack:
-        if real_agent is not None:
-            from tests.real_agents.model_server import ModelServer
-
-            server = stack.enter_context(ModelServer())
-            serve_argv, serve_env, direct_argv, direct_env = real_agent_sides(
-                workdir, real_agent, server.base_url
-            )
-        progress(f"start to session ready: {rounds} rounds per side")
-        first = await time_to_ready(serve_argv, workdir, serve_env, SERVE)
-        times: dict[str, list[float]] = {SERVE: [], DIRECT: []}
-        sides = [(SERVE, serve_argv, serve_env), (DIRECT, direct_argv, direct_env)]
-        for r in range(rounds):
-            for name, argv, side_env in sides if r % 2 == 0 else sides[::-1]:
-                times[name].append(await time_to_ready(argv, workdir, side_env, name))
-    serve_s, direct_s = median(times[SERVE]), median(times[DIRECT])
-    ratio = serve_s / direct_s
-    paired = median([a / b for a, b in zip(times[SERVE], times[DIRECT], strict=True)])
-    return {
-        "rounds": rounds,
-        "backend": real_agent or "example agent",
-        "first_serve_s": first,
-        "serve_s": times[SERVE],
-        "direct_s": times[DIRECT],
-        "median_serve_s": serve_s,
-        "median_direct_s": direct_s,
-        "ratio_of_medians": ratio,
-        "median_paired_ratio": paired,
-        "target": {"max_ratio": READY_TARGET_RATIO, "met": ratio <= READY_TARGET_RATIO},
-    }
-
-
 def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "ready_s": raw["ready_s"],
@@ -553,124 +373,6 @@ def summarise_turns(raw: dict[str, Any]) -> dict[str, Any]:
     ratio = out["sides"][SERVE]["ratio_of_medians"]
     out["target"] = {"max_ratio": TARGET_RATIO, "ratio": ratio, "met": ratio <= TARGET_RATIO}
     return out
-
-
-# -- report ----------------------------------------------------------------------------------
-
-
-def print_report(report: dict[str, Any]) -> None:
-    cfg, mach = report["config"], report["machine"]
-    configured = cfg.get("read_coalesce_ms")
-    coalesce = "the default" if configured is None else f"{configured:g}"
-    print(
-        f"acpctl serve overhead: one '#chunks={cfg['chunks']}' turn of the example agent\n"
-        f"{cfg['turns']} timed turns per side (+{cfg['warmup']} warm-up), interleaved; "
-        f"serve's read_coalesce_ms: {coalesce}\n"
-        f"Python {mach['python']}, SQLite {mach['sqlite']}, {mach['cpus']} CPUs, "
-        f"{mach['platform']}"
-    )
-    print()
-    turns = report["turns"]
-    print_turn_table(turns["sides"], "direct")
-    ready, first = turns["ready_s"], turns["first_warmup_turn_ms"]
-    print(
-        f"start to session ready: serve {ready[SERVE]:.2f} s, direct {ready[DIRECT]:.2f} s; "
-        f"first (untimed) turn: serve {first.get(SERVE, float('nan')):.0f} ms "
-        f"(may wait for its backend agent, started at session/new), "
-        f"direct {first.get(DIRECT, float('nan')):.0f} ms"
-    )
-    ready_report = report.get("ready")
-    if ready_report is not None:
-        verdict = "MET" if ready_report["target"]["met"] else "NOT MET"
-        print(
-            f"start to session ready, {ready_report['backend']} "
-            f"({ready_report['rounds']} fresh processes per side, "
-            f"interleaved; the store already knows the agent's capabilities): serve "
-            f"{ready_report['median_serve_s']:.2f} s, direct "
-            f"{ready_report['median_direct_s']:.2f} s (medians) = "
-            f"{ready_report['ratio_of_medians']:.2f}x (paired "
-            f"{ready_report['median_paired_ratio']:.2f}x); target <= "
-            f"{READY_TARGET_RATIO:.1f}x: {verdict}. First serve of a new store: "
-            f"{ready_report['first_serve_s']:.2f} s (starts the agent once more to learn its "
-            "capabilities)"
-        )
-    cpu = turns["cpu_ms_per_turn"]
-    if cpu:
-        print(
-            "CPU per timed turn (user+sys, /proc; the client is this process, shared): "
-            f"acpctl serve {cpu.get(SERVE, float('nan')):.1f} ms + its backend agent "
-            f"{cpu.get(SERVE + '_backend', float('nan')):.1f} ms; "
-            f"direct agent {cpu.get(DIRECT, float('nan')):.1f} ms"
-        )
-    for relay in relay_sides.RELAYS:
-        if relay in cpu:
-            print(
-                f"  {LABELS[relay]}: {cpu[relay]:.1f} ms + its agent "
-                f"{cpu.get(relay + '_backend', float('nan')):.1f} ms"
-            )
-    commits = turns.get("commits_per_turn")
-    if commits is not None:
-        print(
-            f"store commits per timed turn (counted: serve's acpctl_store_commit_seconds_count): "
-            f"{commits:.2f}"
-        )
-    latency = turns.get("update_latency_ms", {})
-    if SERVE in latency and DIRECT in latency:
-        serve_l, direct_l = latency[SERVE], latency[DIRECT]
-        print(
-            f"per update, agent write to client read ({serve_l['n']} updates per side): "
-            f"serve median {serve_l['median']:.2f} ms, p99 {serve_l['p99']:.2f} ms; direct "
-            f"median {direct_l['median']:.2f} ms, p99 {direct_l['p99']:.2f} ms; added by serve: "
-            f"median {serve_l['median'] - direct_l['median']:.2f} ms, "
-            f"p99 {serve_l['p99'] - direct_l['p99']:.2f} ms"
-        )
-    for relay in relay_sides.RELAYS:
-        if relay in latency and DIRECT in latency:
-            print(
-                f"  {LABELS[relay]}: median {latency[relay]['median']:.2f} ms, "
-                f"p99 {latency[relay]['p99']:.2f} ms"
-            )
-    handoffs = report.get("handoffs")
-    if handoffs:
-        print(
-            f"thread hand-offs per turn inside serve (counted over {handoffs['turns']} "
-            f"untimed turns, bench/handoffs.py): {handoffs['per_turn']:.1f}"
-        )
-        for label, count in handoffs["breakdown"].items():
-            if count >= 0.5:
-                print(f"  {count:7.1f}  {label}")
-        by_thread = handoffs.get("cpu_ms_per_turn_by_thread")
-        if by_thread:
-            total = sum(ms.get("all", 0.0) for ms in by_thread.values())
-            print(
-                f"serve's CPU per turn by thread (same {handoffs['turns']} counted turns, "
-                f"/proc): {total:.2f} ms"
-            )
-            for thread, ms in by_thread.items():
-                if ms.get("all", 0.0) >= 0.05:
-                    print(f"  {ms['all']:7.2f} ms  {thread} (kernel {ms.get('system', 0.0):.2f})")
-    target = turns["target"]
-    verdict = "MET" if target["met"] else "NOT MET"
-    print(
-        f"target: serve <= {target['max_ratio']:.2f}x the direct client: "
-        f"{verdict} ({target['ratio']:.3f}x)"
-    )
-    sides = turns["sides"]
-    floors = [sides[n] for n in ("relay-c", "relay-c-durable") if n in sides]
-    if floors:  # serve against the floors measured in the same rounds
-        serve_ms = sides[SERVE]["median_ms"]
-        print(
-            "serve against the floors of this run: "
-            + "; ".join(
-                f"{entry['label']} {entry['ratio_of_medians']:.3f}x the direct client, "
-                f"serve {serve_ms / entry['median_ms']:.3f}x it"
-                for entry in floors
-            )
-        )
-    batch = report.get("batch")
-    if batch is not None:
-        serve_batch.print_batch(batch)
-    print(f"peak RSS (this process): {report['peak_rss_mb']:.0f} MiB")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
