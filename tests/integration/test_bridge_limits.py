@@ -1,8 +1,10 @@
 """The subagent bridge under a hostile agent: a session's long waits never hold back another
 session's tools, waits are finite and capped, and spawn keys are namespaced per parent.
 
-A real control plane on a real SQLite file running the example agent as real subprocesses;
-requests go to the bridge's Unix socket as a session's MCP server sends them."""
+A real control plane on a real store running agents as real subprocesses; requests go to the
+bridge's Unix socket as a session's MCP server sends them (or through the real MCP server
+process, driven by the MCP client as an agent would). What the agents do is no part of these
+tests, so they are the noop agent (a tenth of the example agent's start-up CPU)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from control_plane.subagents.wire import call_bridge
 from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
 from tests.conftest import eventually
-from tests.support.cp_harness import example_agent, open_cp
+from tests.support.cp_harness import noop_agent, open_cp
 
 
 class _Ask(Protocol):
@@ -49,7 +51,7 @@ def test_eight_long_waits_of_one_session_do_not_delay_another_sessions_list(
 ) -> None:
     with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         b = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False)
@@ -95,7 +97,7 @@ def test_a_session_has_at_most_its_share_of_the_pool_and_others_go_ahead(
         ask = _asker(cp)
         bridge = cp._bridge
         assert bridge is not None
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         b = cp.spawn(agent, tmp_path).session.id
         # One thing is not real here: a's list_subagents is made slow (1 s on the pool), to
@@ -145,7 +147,7 @@ def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
     assert rules.parse_wait(60) == (60.0, False)
     with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
@@ -194,7 +196,7 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
     with open_cp(tmp_path, db=db) as cp:
         bridge = cp._bridge
         assert bridge is not None
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
@@ -234,7 +236,7 @@ def test_spawn_keys_are_namespaced_per_parent_and_retries_get_the_first_child(
 ) -> None:
     with open_cp(tmp_path, db=db) as cp:
         ask = _asker(cp)
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         b = cp.spawn(agent, tmp_path).session.id
 
@@ -288,7 +290,7 @@ def test_close_ends_parked_waits_and_the_bridge_threads(tmp_path: Path, db: str)
     cp = open_cp(tmp_path, db=db)
     try:
         ask = _asker(cp)
-        agent = example_agent(tmp_path)
+        agent = noop_agent()
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
