@@ -215,11 +215,12 @@ def _long_rank(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks the full matrix (``full``) and the crash loops (``crash``: everything under
-    tests/crash/, run one at a time by ``pytest -n 0 -m 'crash and not slow'``), then puts
+    """Marks the full matrix (``full``) and the crash loops (``crash``: the ``*_loop.py``
+    modules under tests/crash/, run one at a time by ``pytest -n 0 -m 'crash and not
+    slow'``; the single-kill tests beside them run with the rest of the full matrix), then puts
     the longest tests first."""
     for item in items:
-        if item.path.parent.name == "crash":
+        if item.path.parent.name == "crash" and item.path.stem.endswith("_loop"):
             item.add_marker(pytest.mark.crash)
         if _in_full_matrix(item) and item.get_closest_marker("full") is None:
             item.add_marker(pytest.mark.full)
