@@ -6,6 +6,7 @@ store takes them, in order, and every session carries on without a restart."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -91,16 +92,31 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
     return done.returncode == 0
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
+@contextlib.contextmanager
+def mounted_small_disk(tmp_path: Path, keep_copy: bool = False) -> Iterator[Path]:
+    """A 32 MiB tmpfs at ``tmp_path/disk`` (room for the store and its WAL: SQLite keeps up
+    to ~4 MiB of WAL between checkpoints), unmounted afterwards; with ``keep_copy`` its files
+    are first copied to ``tmp_path/disk-after`` for a failure's post-mortem (the tmpfs goes
+    with the unmount). Skips where a tmpfs cannot be mounted."""
     disk = tmp_path / "disk"
-    # Room for the store and its WAL (SQLite keeps up to ~4 MiB of WAL between checkpoints).
     if not _mount_tmpfs(disk, "32m"):
         pytest.skip("mounting a small tmpfs needs root and mount(8) (a container may refuse)")
     try:
         yield disk
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        try:
+            if keep_copy:
+                shutil.copytree(
+                    disk, tmp_path / "disk-after", ignore=shutil.ignore_patterns("filler", "*.sock")
+                )
+        finally:
+            subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with mounted_small_disk(tmp_path) as disk:
+        yield disk
 
 
 def _fill(disk: Path) -> Path:
