@@ -65,8 +65,9 @@ class RuntimeSettings:
     # fs/* served by an upstream client instead of locally (acpctl serve), else None.
     fs_forward: FsForward | None = None
     # MCP servers handed to each session's agent in session/new (the subagent tools), by
-    # session id; None gives agents none.
-    mcp_servers: Callable[[str], list[dict[str, Any]]] | None = None
+    # session id, the agent's process tree (ProcessTree's dict) and whether the agent
+    # speaks HTTP MCP; None gives agents none.
+    mcp_servers: Callable[[str, dict[str, Any] | None, bool], list[dict[str, Any]]] | None = None
     # MCP servers clients asked for, per session (values of their secrets in memory only).
     client_mcp: ClientMcpServers = field(default_factory=ClientMcpServers)
     # An agent process started ahead of its session (acpctl serve), for the first launch

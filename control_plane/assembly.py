@@ -12,7 +12,8 @@ from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from control_plane.config import default_db_path
-from control_plane.subagents.credentials import BridgeCredentials
+from control_plane.subagents.http_tools import HttpTools
+from control_plane.subagents.offer import ToolsOffer
 from control_plane.subagents.rules import socket_path
 from control_plane.subagents.server import SubagentBridge
 from protocol.loop import ProtocolLoop
@@ -45,18 +46,19 @@ def assemble(
         delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)
         delivery.start()
         loop = ProtocolLoop()
-        credentials: BridgeCredentials | None = None
+        offer: ToolsOffer | None = None
         if run_sessions and subagent_tools:
             # Before the supervisor: every agent launch asks for its MCP entry.
-            credentials = BridgeCredentials(socket_path(store.path))
-            settings = replace(settings, mcp_servers=credentials.mcp_servers_for)
+            offer = ToolsOffer(socket_path(store.path))
+            settings = replace(settings, mcp_servers=offer.mcp_servers_for)
         supervisor = Supervisor(store, loop, settings)
         delivery.on_parent_work = supervisor.notify  # an announce queued a follow-up
         cp = cls(store, delivery, loop, supervisor)
-        if credentials is not None:
-            bridge = SubagentBridge(cp, credentials)
+        if offer is not None:
+            bridge = SubagentBridge(cp, offer.trees, offer.socket_path)
             loop.call(bridge.start(), 10)
             cp._bridge = bridge
+            offer.http = bridge.http = HttpTools(bridge, offer.trees, loop.submit)
         if run_sessions:
             supervisor.start()
     except BaseException:

@@ -20,6 +20,7 @@ from actors.session.deps import ActorDeps
 from actors.session.launch import launch_for
 from actors.session.leftovers import kill_leftovers
 from actors.session.recorder import StoreRecorder
+from actors.settings import RuntimeSettings
 from protocol.agent.connection import AgentConnection
 from protocol.agent.permissions import PermissionBroker
 from protocol.agent.prestart import Prestarted
@@ -82,15 +83,16 @@ def start_agent(
         take_prestarted=take_prestarted,
     )
     loop = deps.loop
-    mcp_servers = [] if settings.mcp_servers is None else settings.mcp_servers(session.id)
-    mcp_servers += settings.client_mcp.for_launch(
-        session.id, session.metadata.get("mcpServers", [])
-    )
     timeout = settings.agent_start_timeout_s
     try:
         with deps.starts:  # the start timeout counts from here, not from the queue
             whose = f"session {session.id}"
             init = call_while_working(loop, conn.start(), timeout, conn, whose)
+            # After initialize: the tools' transport depends on what the agent speaks.
+            mcp_servers = tools_for(session.id, settings, conn.process_tree, speaks_http_mcp(init))
+            mcp_servers += settings.client_mcp.for_launch(
+                session.id, session.metadata.get("mcpServers", [])
+            )
             if session.acp_session_id:
                 restoring = conn.restore_session(session.acp_session_id, mcp_servers)
                 opened = call_while_working(loop, restoring, timeout, conn, whose)
@@ -136,6 +138,22 @@ def start_agent(
 START_PATIENCE = 4
 # Working: the agent's tree used at least this share of one CPU over the last timeout.
 WORKING_CPU_SHARE = 0.02
+
+
+def speaks_http_mcp(init: Any) -> bool:
+    """Whether the agent's ``initialize`` answer advertises ``mcpCapabilities.http``."""
+    caps = getattr(init, "agent_capabilities", None)
+    mcp = getattr(caps, "mcp_capabilities", None)
+    return bool(getattr(mcp, "http", False))
+
+
+def tools_for(
+    session_id: str, settings: RuntimeSettings, process_tree: dict[str, Any] | None, http: bool
+) -> list[dict[str, Any]]:
+    """The control plane's own MCP servers for the session (the subagent tools), if any."""
+    if settings.mcp_servers is None:
+        return []
+    return settings.mcp_servers(session_id, process_tree, http)
 
 
 def call_while_working(

@@ -1,9 +1,11 @@
-"""The per-session MCP server that gives an agent its subagent tools.
+"""The stdio MCP server that gives an agent without HTTP MCP its subagent tools.
 
-Started by the agent itself (stdio) from the ``mcpServers`` entry the control plane passes in
-``session/new``. Every tool call is forwarded to the control plane's subagent bridge over a
-local Unix socket, with this session's id and its secret (from the environment, never the
-command line, so it does not show in a process listing).
+Started by the agent itself from the ``mcpServers`` entry the control plane passes in
+``session/new`` (agents that advertise ``mcpCapabilities.http`` get the control plane's own
+HTTP endpoint instead: ``http_tools.py``). Every tool call is forwarded to the control plane's
+bridge over a local Unix socket with this session's id. No secret: the bridge asks the kernel
+which process is calling (``SO_PEERCRED``) and serves it only if that process is below the
+session's agent (``peers.py``).
 
     python -m control_plane.subagents.mcp_server --socket PATH --session ID
 """
@@ -12,62 +14,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from typing import Any
 
-from control_plane.subagents.wire import SECRET_ENV, call_bridge
+from control_plane.subagents.tools import build_server
+from control_plane.subagents.wire import call_bridge
 from protocol.os_thread_name import name_this_thread
 
 
-def build_server(socket_path: str, session_id: str, secret: str) -> Any:
-    from mcp.server import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+def forwarding_to(socket_path: str, session_id: str) -> Any:
+    async def call(op: str, args: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        request = {"session": session_id, "op": op, "args": args}
+        return await asyncio.to_thread(call_bridge, socket_path, request)
 
-    server = MCPServer(name="acp-control-plane", version="0.1.0")
-
-    async def forward(op: str, args: dict[str, Any]) -> str:
-        request = {"session": session_id, "secret": secret, "op": op, "args": args}
-        answer = await asyncio.to_thread(call_bridge, socket_path, request)
-        if not answer.get("ok"):
-            # ToolError: the agent reads the reason (a limit, a refusal) and can react.
-            raise ToolError(answer.get("error") or "refused")
-        return json.dumps(answer["result"])
-
-    @server.tool(
-        description=(
-            "Start a subagent on a task. mode: run (ends after its first answer, the "
-            "default) or session (stays open for send_to_subagent). Its result is "
-            "announced to you when it finishes."
-        )
-    )
-    async def spawn_subagent(task: str, agent: str | None = None, mode: str = "run") -> str:
-        return await forward("spawn_subagent", {"task": task, "agent": agent, "mode": mode})
-
-    @server.tool(description="List your subagents (and theirs) with their states.")
-    async def list_subagents() -> str:
-        return await forward("list_subagents", {})
-
-    @server.tool(
-        description=(
-            "A subagent's latest result; wait up to `wait` seconds for it (a finite number "
-            ">= 0; at most 60, a longer wait is cut to 60). If the run has not ended by "
-            'then the answer has status "running": call again to keep waiting.'
-        )
-    )
-    async def subagent_result(id: str, wait: float = 0) -> str:
-        return await forward("subagent_result", {"id": id, "wait": wait})
-
-    @server.tool(description="Send a follow-up message to a subagent started with mode=session.")
-    async def send_to_subagent(id: str, message: str) -> str:
-        return await forward("send_to_subagent", {"id": id, "message": message})
-
-    @server.tool(description="Cancel a subagent's running work.")
-    async def cancel_subagent(id: str) -> str:
-        return await forward("cancel_subagent", {"id": id})
-
-    return server
+    return call
 
 
 def exit_with_bridge(socket_path: str) -> None:
@@ -96,17 +57,20 @@ def exit_with_bridge(socket_path: str) -> None:
     threading.Thread(target=watch, name="bridge-watch", daemon=True).start()
 
 
+async def serve_stdio(server: Any) -> None:
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", required=True)
     parser.add_argument("--session", required=True)
     args = parser.parse_args(argv)
-    secret = os.environ.get(SECRET_ENV, "")
-    if not secret:
-        print(f"{SECRET_ENV} is not set; refusing to start", file=sys.stderr)
-        sys.exit(2)
     exit_with_bridge(args.socket)
-    build_server(args.socket, args.session, secret).run("stdio")
+    asyncio.run(serve_stdio(build_server(forwarding_to(args.socket, args.session))))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,16 @@
-"""The subagent bridge: how an agent's MCP tools reach the control plane.
+"""The subagent bridge: where an agent's subagent tool calls are carried out.
 
-Each session's agent gets an MCP server (``control_plane/subagents/mcp_server.py``, stdio,
-started by the agent from ``session/new``'s ``mcpServers``). That server forwards every tool
-call over a local Unix socket to this bridge, with the session id and a per-session secret.
+Calls arrive two ways: over the control plane's own HTTP MCP endpoint (``http_tools.py``,
+for agents that advertise ``mcpCapabilities.http``), or from the stdio MCP server process
+(``mcp_server.py``, for the others) over a local Unix socket of this process. Either way the
+caller is who the kernel says it is: the process at the other end must be the session's agent
+or below it (``peers.py``); there is no secret to steal. A session may only see and control
+its own descendants: every id a request names is checked against that tree. Each process
+has a socket of its own (its pid in the name), removed only by that process, so two processes
+on one store never take each other's tools away.
 
-Security: the secret is HMAC-SHA256(key, session id) with a random 32-byte key that lives in
-this process's memory only: never on disk (an agent runs as the same user and can read any
-file the control plane can) and never in the database. A restarted process has a new key,
-and its agents are relaunched with the new secrets. A request with a missing or wrong secret
-is refused. A session may only see and control its own descendants: every id a request names
-is checked against that tree. Each process has a socket of its own (its pid in the name),
-removed only by that process, so two processes on one store never take each other's tools
-away. What the secret does not stop: a process of the same user that reads another
-process's environment (``/proc/PID/environ`` of a session's MCP server) learns that
-session's secret; run agents as another user where that matters.
-
-Wire format: one JSON object per line each way. Request ``{"session", "secret", "op",
-"args"}``; response ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+Wire format of the Unix socket: one JSON object per line each way. Request ``{"session",
+"op", "args"}``; response ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
 
 Limits (every agent may be hostile, and all sessions share this one bridge):
 
@@ -28,7 +22,7 @@ Limits (every agent may be hostile, and all sessions share this one bridge):
   and few enough to cost nothing while idle.
 - Per-session fairness: a session has at most ``PER_SESSION_IN_FLIGHT`` (2) requests on the
   pool at once (an ``asyncio.Semaphore`` per session id, taken on the loop before the work is
-  handed to the pool, after the secret is checked, so only a session's own secret can use
+  handed to the pool, after the caller is checked, so only a session's own agent can use
   up its share). The rest of that session's requests queue on the loop, costing no thread;
   other sessions' requests go ahead. Two, not one: an agent that polls one child while it
   spawns or lists another is not serialised behind itself. With 16 workers, 8 sessions
@@ -37,8 +31,8 @@ Limits (every agent may be hostile, and all sessions share this one bridge):
 - ``subagent_result(wait=N)`` holds no thread while it waits. It reads the run's state on
   the pool, then parks on the loop until the commit that finishes the run hands over its
   record (``Store.watch``, no read) or ``WAIT_POLL_S`` passes, and reads again. So a tree of
-  hostile sessions (a session may spawn children that run any command, each with a secret
-  of its own) cannot take the pool with waits either.
+  hostile sessions (a session may spawn children that run any command, each one caller of
+  its own) cannot take the pool with waits either.
 - ``wait`` must be a finite number >= 0 (JSON numbers only: no strings, no booleans, no
   NaN or Infinity); waits longer than ``MAX_WAIT_S`` (60 s) are cut to it. A wait that ends
   before the run does answers ``status: "running"`` (with ``waited`` and, when cut,
@@ -60,12 +54,12 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from control_plane.agents import agent_from_command
 from control_plane.outcome import Outcome
-from control_plane.subagents.credentials import BridgeCredentials
 from control_plane.subagents.host import SubagentHost
+from control_plane.subagents.peers import AgentTrees, unix_peer_pid
 from control_plane.subagents.rules import (
     BRIDGE_WORKERS,
     MAX_REQUEST_BYTES,
@@ -79,16 +73,20 @@ from control_plane.subagents.rules import (
 from protocol.tracing import traceparent_of
 from state_machines import ControlPlaneError, SessionState
 
+if TYPE_CHECKING:
+    from control_plane.subagents.http_tools import HttpTools
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
 class SubagentBridge:
-    def __init__(self, cp: SubagentHost, credentials: BridgeCredentials) -> None:
+    def __init__(self, cp: SubagentHost, trees: AgentTrees, path: str) -> None:
         self.cp = cp
-        self.credentials = credentials
-        self.path = credentials.path
+        self.trees = trees  # whose agent tree each session is
+        self.path = path  # this process's Unix socket
+        self.http: HttpTools | None = None  # the HTTP endpoint, when agents are offered it
         self._server: asyncio.AbstractServer | None = None
         self._pool = ThreadPoolExecutor(BRIDGE_WORKERS, thread_name_prefix="cp-bridge")
         self._shares: dict[str, _Share] = {}  # on the loop only
@@ -107,6 +105,8 @@ class SubagentBridge:
         os.chmod(self.path, 0o600)
 
     async def stop(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -128,9 +128,10 @@ class SubagentBridge:
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
+        peer = unix_peer_pid(writer.get_extra_info("socket"))
         try:
             while line := await reader.readline():
-                response = await self._answer(line)
+                response = await self._answer(line, peer)
                 writer.write(json.dumps(response).encode() + b"\n")
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
@@ -142,12 +143,40 @@ class SubagentBridge:
                 self._connections.discard(task)
             writer.close()
 
-    async def _answer(self, line: bytes) -> dict[str, Any]:
+    async def _answer(self, line: bytes, peer: int | None) -> dict[str, Any]:
         try:
             request = json.loads(line)
             if not isinstance(request, dict):
                 raise BridgeRefused("a request must be a JSON object")
-            session_id, op, args = self._authenticate(request)
+            session_id = request.get("session")
+            if not isinstance(session_id, str) or not session_id:
+                raise BridgeRefused("a request must name its session")
+            if peer is None or not self.trees.holds(session_id, peer):
+                raise self.refuse(session_id, f"pid {peer}")
+        except (BridgeRefused, ValueError) as exc:
+            return {"ok": False, "error": str(exc)}
+        return await self.serve(session_id, request.get("op"), request.get("args"))
+
+    def refuse(self, session_id: str, caller: str) -> BridgeRefused:
+        """The refusal of a caller that is not below the session's agent, logged (who asked
+        for what; there is no credential to leave out)."""
+        log.warning(
+            "subagent tools: refused a call for session %s from %s, which is not that "
+            "session's agent",
+            session_id,
+            caller,
+        )
+        return BridgeRefused(f"refused: the caller is not session {session_id}'s agent")
+
+    async def serve(self, session_id: str, op: Any, args: Any) -> dict[str, Any]:
+        """One tool call of ``session_id``, whose caller the transport has checked: the
+        bridge's answer, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": ...}``."""
+        try:
+            if not isinstance(args or {}, dict):
+                raise BridgeRefused("args must be an object")
+            if op not in OPS:
+                raise BridgeRefused(f"unknown operation {op!r}")
+            args = args or {}
             if op == "subagent_result":
                 result = await self._result(session_id, args)
             else:
@@ -160,26 +189,6 @@ class SubagentBridge:
             return {"ok": False, "error": f"internal error: {type(exc).__name__}"}
 
     # -- scheduling (on the loop) ----------------------------------------------------------
-
-    def _authenticate(self, request: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
-        """The session a request speaks for, checked against its secret on the loop (one
-        HMAC), before the request may take any of that session's share of the pool."""
-        session_id = request.get("session")
-        given = request.get("secret")
-        if (
-            not isinstance(session_id, str)
-            or not session_id
-            or not isinstance(given, str)
-            or not self.credentials.accepts(session_id, given)
-        ):
-            raise BridgeRefused("refused: missing or wrong session secret")
-        args = request.get("args") or {}
-        if not isinstance(args, dict):
-            raise BridgeRefused("args must be an object")
-        op = request.get("op")
-        if op not in OPS:
-            raise BridgeRefused(f"unknown operation {op!r}")
-        return session_id, str(op), args
 
     @contextlib.asynccontextmanager
     async def _share(self, session_id: str) -> AsyncIterator[None]:

@@ -1,9 +1,10 @@
-"""The bridge's wire, for the MCP server process: standard library only, so that the process
-every agent starts for its subagent tools loads no SQLAlchemy, no actors and no store (it
-starts while its agent's ``session/new`` waits for it).
+"""The bridge's wire, for the stdio MCP server process: standard library only, so that the
+process an agent without HTTP MCP starts for its subagent tools loads no SQLAlchemy, no
+actors and no store (it starts while its agent's ``session/new`` waits for it).
 
-One JSON object per line each way. Request ``{"session", "secret", "op", "args"}``;
-response ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``.
+One JSON object per line each way. Request ``{"session", "op", "args"}``; response
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``. The caller is who the
+kernel says it is (``SO_PEERCRED``): there is no secret on the wire.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from __future__ import annotations
 import json
 import socket
 from typing import Any
-
-SECRET_ENV = "ACPCTL_SUBAGENT_SECRET"
 
 
 def call_bridge(path: str, request: dict[str, Any], timeout: float = 600) -> dict[str, Any]:

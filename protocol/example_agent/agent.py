@@ -52,6 +52,7 @@ from acp.schema import (
     CurrentModeUpdate,
     Implementation,
     ListSessionsResponse,
+    McpCapabilities,
     PromptCapabilities,
     ResumeSessionResponse,
     SessionCapabilities,
@@ -134,6 +135,7 @@ class ExampleAgent(TurnScript):
                 load_session=self.options.load,
                 prompt_capabilities=PromptCapabilities(image=False, embedded_context=True),
                 session_capabilities=caps,
+                mcp_capabilities=McpCapabilities(http=self.options.http_mcp),
             ),
             agent_info=Implementation(name="example-agent", version="0.1.0"),
             auth_methods=[AuthMethodAgent(id="token", name="Token", description=TOKEN_HELP)]

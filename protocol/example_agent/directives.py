@@ -50,6 +50,9 @@ class Directives:
     cost_per_chunk: float | None = None  # a usage_update with the session's cost per chunk
     # MCP tool calls through the client's mcpServers: (tool name, arguments) in order
     mcp_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Make those calls claiming to be this other session (the session id in the offered
+    # server's URL or --session argument replaced): what a hostile agent would try.
+    mcp_as: str | None = None
 
 
 _FLAGS = {"tool", "permission", "plan", "hang", "crash", "garbage", "history", "stamp"}
@@ -105,6 +108,8 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         mode = "session" if name == "spawn-session" else "run"
         for task in filter(None, value.split(",")):
             d.mcp_calls.append(("spawn_subagent", {"task": task.replace("_", " "), "mode": mode}))
+    elif name == "mcp-as":
+        d.mcp_as = value
     elif name == "list-subagents":
         d.mcp_calls.append(("list_subagents", {}))
     elif name == "subagent-result":

@@ -24,6 +24,9 @@ class Options:
     # Answer session/load first and stream the replay after it, as Gemini CLI 0.61.0 does
     # (its loadSession starts streamHistory without awaiting it). ACP asks for the opposite.
     replay_after_answer: bool = False
+    # Advertise mcpCapabilities.http and call HTTP MCP servers (as Claude Code, Codex and
+    # Gemini CLI do); --no-http-mcp leaves the agent with stdio MCP servers only.
+    http_mcp: bool = True
 
 
 def default_state_file() -> Path:
@@ -47,6 +50,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--chunk-delay-ms", type=int, default=0)
     p.add_argument("--replay-after-answer", action="store_true")
+    p.add_argument("--no-http-mcp", action="store_true")
     a = p.parse_args(argv)
     state = a.state_file or Path(os.environ.get("EXAMPLE_AGENT_STATE") or default_state_file())
     invocations = a.invocations_file or os.environ.get("EXAMPLE_AGENT_INVOCATIONS") or None
@@ -59,4 +63,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         resume=not a.no_resume,
         chunk_delay_ms=a.chunk_delay_ms,
         replay_after_answer=a.replay_after_answer,
+        http_mcp=not a.no_http_mcp,
     )

@@ -104,15 +104,29 @@ class TurnScript:
             names = [str(getattr(s, "name", "?")) for s in self.mcp_servers.get(sid, [])]
             extras.append("mcp servers: " + ", ".join(names))
         if d.mcp_calls:
-            extras += await self._mcp_calls(sid, d.mcp_calls)
+            extras += await self._mcp_calls(sid, d.mcp_calls, d.mcp_as)
         await self._stream(sid, reply_chunks(d, message, extras), d, turn)
 
-    async def _mcp_calls(self, sid: str, calls: list[tuple[str, dict[str, Any]]]) -> list[str]:
-        """Call MCP tools of the client's first stdio server, each shown as a tool call."""
-        server = example_agent_mcp.stdio_server(self.mcp_servers.get(sid, []))
+    async def _mcp_calls(
+        self, sid: str, calls: list[tuple[str, dict[str, Any]]], impersonate: str | None
+    ) -> list[str]:
+        """Call MCP tools of the client's first usable server, each shown as a tool call."""
+        http = self.options.http_mcp
+        server = example_agent_mcp.usable_server(self.mcp_servers.get(sid, []), http)
         if server is None:
             return ["mcp: no MCP server was offered"]
+        if impersonate is not None:
+            server = example_agent_mcp.claiming(server, impersonate)
         results: list[str] = []
+        try:
+            await self._call_each(sid, server, calls, results)
+        except Exception as exc:  # the server refused us or is gone: say so in the reply
+            results.append(f"mcp: failed: {example_agent_mcp.reason(exc)}")
+        return results
+
+    async def _call_each(
+        self, sid: str, server: Any, calls: list[tuple[str, dict[str, Any]]], results: list[str]
+    ) -> None:
         async with example_agent_mcp.mcp_session(server) as session:
             for n, (tool, arguments) in enumerate(calls, start=1):
                 call_id = f"mcp-{uuid.uuid4().hex[:8]}-{n}"
@@ -133,7 +147,6 @@ class TurnScript:
                     ),
                 )
                 results.append(f"{tool}: {text}")
-        return results
 
     async def _tool_call(self, sid: str, tool_id: str, d: Directives, message: str) -> list[str]:
         """Ask permission first when requested, then report the tool call's life cycle."""

@@ -17,10 +17,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
 
+import mcp.client.session  # noqa: F401  (imported before any control plane warms its MCP server)
 import pytest
 
 from control_plane.subagents import rules
 from control_plane.subagents.wire import call_bridge
+from protocol.agent.proc_tree import process_start_time
 from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
 from tests.conftest import eventually
@@ -34,14 +36,23 @@ class _Ask(Protocol):
 
 
 def _asker(cp: Any) -> _Ask:
+    """Ask the bridge as a session's agent would: this test process is made a root of the
+    session's agent tree, so the kernel's answer (SO_PEERCRED) makes it that session's."""
     bridge = cp._bridge
     assert bridge is not None
 
     def ask(session: str, op: str, args: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-        request = {"session": session, "secret": bridge.credentials.secret_for(session), "op": op}
-        return call_bridge(bridge.path, {**request, "args": args}, timeout=timeout)
+        act_as(bridge, session)
+        request = {"session": session, "op": op, "args": args}
+        return call_bridge(bridge.path, request, timeout=timeout)
 
     return ask
+
+
+def act_as(bridge: Any, session: str) -> None:
+    start = process_start_time(os.getpid())
+    assert start is not None
+    bridge.trees.bind(session, os.getpid(), start)
 
 
 @pytest.mark.timeout(90)
@@ -192,7 +203,8 @@ def test_wait_must_be_a_finite_number_and_long_waits_are_cut_to_the_cap(
 def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
     tmp_path: Path, db: str
 ) -> None:
-    """The real MCP server process, driven by the official MCP client as an agent would."""
+    """The control plane's HTTP MCP endpoint, driven by the official MCP client as an agent
+    would."""
     with open_cp(tmp_path, db=db) as cp:
         bridge = cp._bridge
         assert bridge is not None
@@ -200,13 +212,9 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
         a = cp.spawn(agent, tmp_path).session.id
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
-        entry = bridge.credentials.mcp_servers_for(a)[0]
-        env = [*entry["env"], {"name": "PYTHONPATH", "value": os.environ["PYTHONPATH"]}]
-        server = SimpleNamespace(
-            command=entry["command"],
-            args=entry["args"],
-            env=[SimpleNamespace(**item) for item in env],
-        )
+        act_as(bridge, a)
+        entry = bridge.http.entry_for(a)
+        server = SimpleNamespace(url=entry["url"], headers=[])
 
         async def agent_side() -> tuple[str, list[str]]:
             async with example_agent_mcp.mcp_session(server) as session:
@@ -220,13 +228,13 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
 
         described, answers = asyncio.run(asyncio.wait_for(agent_side(), 40))
         assert f"at most {int(rules.MAX_WAIT_S)}" in described and "running" in described
-        assert answers[0].startswith("error: ") and "wait must be a finite number" in answers[0]
+        # The tool passes arguments as the agent sent them; the bridge refuses what is
+        # not a finite JSON number >= 0 (a string, a boolean), with the reason.
+        assert answers[0].startswith("error: ") and 'not "inf"' in answers[0]
         assert answers[1].startswith("error: ") and "wait must be >= 0" in answers[1]
         assert json.loads(answers[2]) == {"id": child, "status": "running", "waited": 0.2}
         assert json.loads(answers[3]) == {"id": child, "status": "running"}
-        # the tool's float schema makes true 1 s before the bridge sees it (the bridge itself
-        # refuses booleans: see the test above)
-        assert json.loads(answers[4]) == {"id": child, "status": "running", "waited": 1.0}
+        assert answers[4].startswith("error: ") and "not true" in answers[4]
 
 
 @pytest.mark.timeout(60)

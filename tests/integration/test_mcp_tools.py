@@ -1,9 +1,14 @@
-"""The subagent tools as real agents use them: an MCP server per session (stdio, the official
-`mcp` SDK) reaching the control plane over a Unix socket with a per-session secret."""
+"""The subagent tools as agents use them: the control plane's own HTTP MCP endpoint for agents
+that speak HTTP MCP, else a stdio MCP server per session over the bridge's Unix socket; either
+way the caller is the process the kernel names, and it must be below the session's agent."""
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,13 +19,16 @@ from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 
+@pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce_once(
     tmp_path: Path,
     db: str,
+    transport: str,
 ) -> None:
+    flags = () if transport == "http" else ("--no-http-mcp",)
     with open_cp(tmp_path, db=db) as cp:
         parent = cp.spawn(
-            example_agent(tmp_path), tmp_path, "#spawn=alpha_task,beta_task,gamma_task go"
+            example_agent(tmp_path, *flags), tmp_path, "#spawn=alpha_task,beta_task,gamma_task go"
         )
         assert parent.command is not None
         outcome = cp.wait(parent.command.id, 120)
@@ -74,44 +82,92 @@ def test_session_children_take_follow_ups_and_limits_surface_as_tool_errors(
         assert refused.text.count("max_children") == 1
 
 
-def test_bridge_refuses_wrong_or_missing_secrets_and_other_sessions_children(
-    tmp_path: Path,
-    db: str,
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_an_agent_claiming_another_session_is_refused_and_sees_only_its_own_tree(
+    tmp_path: Path, db: str, transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """What a hostile agent tries: the other session's id in the URL (HTTP) or in the stdio
+    server's --session argument. The kernel says the caller is A's agent: refused."""
+    flags = () if transport == "http" else ("--no-http-mcp",)
+    agent = example_agent(tmp_path, *flags)
     with open_cp(tmp_path, db=db) as cp:
-        bridge = cp._bridge
-        assert bridge is not None
-        agent = example_agent(tmp_path)
-        a = cp.spawn(agent, tmp_path).session.id
+        a = cp.spawn(agent, tmp_path, "#mcp-servers").session.id
         b = cp.spawn(agent, tmp_path).session.id
         b_child = cp.spawn(agent, tmp_path, parent=b, announce=False).session.id
-
-        def ask(session: str, secret: str | None, op: str, args: dict) -> dict:  # type: ignore[type-arg]
-            request = {"session": session, "op": op, "args": args}
-            if secret is not None:
-                request["secret"] = secret
-            return call_bridge(bridge.path, request, timeout=30)
-
-        for secret in (
-            None,
-            "",
-            "0" * 64,
-            bridge.credentials.secret_for(b),
-        ):  # b's secret is wrong for a
-            answer = ask(a, secret, "list_subagents", {})
-            assert answer == {"ok": False, "error": "refused: missing or wrong session secret"}
-        mine = ask(a, bridge.credentials.secret_for(a), "list_subagents", {})
-        assert mine == {"ok": True, "result": []}  # a sees no children of b
-        for op in ("subagent_result", "cancel_subagent", "send_to_subagent"):
-            answer = ask(a, bridge.credentials.secret_for(a), op, {"id": b_child, "message": "x"})
-            assert answer["ok"] is False and "not a subagent of this session" in answer["error"]
+        caplog.set_level(logging.WARNING, logger="control_plane.subagents.server")
+        posing = cp.wait(cp.prompt(a, f"#mcp-as={b} #list-subagents").id, 60)
+        if transport == "http":  # refused at the first request (initialize): no session
+            assert "mcp: failed:" in posing.text
+        else:  # the stdio server starts; each call it forwards is refused
+            assert f"refused: the caller is not session {b}'s agent" in posing.text
+        assert b_child not in posing.text
+        refusals = [r.getMessage() for r in caplog.records if "refused a call" in r.message]
+        assert refusals and all(b in line for line in refusals)
+        # A's own tree is A's: empty; B's child is out of reach by id too.
+        mine = cp.wait(cp.prompt(a, "#list-subagents").id, 60)
+        assert mine.ok and mine.text.endswith("list_subagents: []")
+        for directive in (
+            f"#subagent-result={b_child}",
+            f"#cancel-subagent={b_child}",
+            f"#send-subagent={b_child}:x",
+        ):
+            answer = cp.wait(cp.prompt(a, directive).id, 60)
+            assert "not a subagent of this session" in answer.text
         assert cp.get(b_child).state is not SessionState.CLOSED
-        theirs = ask(b, bridge.credentials.secret_for(b), "list_subagents", {})
-        assert [c["id"] for c in theirs["result"]] == [b_child]
+        theirs = cp.wait(cp.prompt(b, "#list-subagents").id, 60)
+        assert b_child in theirs.text
+
+
+def test_a_process_outside_every_agent_tree_is_refused_on_both_transports(
+    tmp_path: Path, db: str
+) -> None:
+    """The test process knows everything an agent was given (the URL, the socket, the
+    session id): not enough. No credential exists to copy."""
+    with open_cp(tmp_path, db=db) as cp:
+        bridge = cp._bridge
+        assert bridge is not None and bridge.http is not None
+        session = cp.spawn(example_agent(tmp_path), tmp_path, "#mcp-servers")
+        assert session.command is not None and cp.wait(session.command.id, 60).ok
+        sid = session.session.id
+        answer = call_bridge(bridge.path, {"session": sid, "op": "list_subagents", "args": {}})
+        assert answer == {"ok": False, "error": f"refused: the caller is not session {sid}'s agent"}
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "outsider", "version": "0"},
+            },
+        }
+        request = urllib.request.Request(
+            bridge.http.url_for(sid),
+            data=json.dumps(initialize).encode(),
+            headers={
+                "content-type": "application/json",
+                "accept": "application/json, text/event-stream",
+            },
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 403
+        # The same request from a process that *is* below the session's agent: served.
+        bridge.trees.bind(sid, os.getpid(), _start_time(os.getpid()))
+        with urllib.request.urlopen(request, timeout=30) as served:
+            assert served.status == 200 and b"acp-control-plane" in served.read()
+
+
+def _start_time(pid: int) -> int:
+    from protocol.agent.proc_tree import process_start_time
+
+    start = process_start_time(pid)
+    assert start is not None
+    return start
 
 
 @pytest.mark.timeout(60)
-def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_is_on_disk(
+def test_a_second_process_on_the_store_leaves_the_first_ones_bridge(
     tmp_path: Path,
     db: str,
 ) -> None:
@@ -119,8 +175,6 @@ def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_i
     import sys
 
     with open_cp(tmp_path, db=db) as cp:
-        bridge = cp._bridge
-        assert bridge is not None
         session = cp.spawn(example_agent(tmp_path), tmp_path).session.id
         other = subprocess.Popen(
             [
@@ -138,11 +192,11 @@ def test_a_second_process_on_the_store_leaves_the_first_ones_bridge_and_no_key_i
         )
         try:
             assert other.stdout is not None and other.stdout.readline().strip() == "open"
-            request = {"session": session, "secret": bridge.credentials.secret_for(session)}
-            answer = call_bridge(bridge.path, {**request, "op": "list_subagents", "args": {}})
-            assert answer == {"ok": True, "result": []}  # the first process's tools still work
+            for transport in ("http", "stdio"):
+                flags = () if transport == "http" else ("--no-http-mcp",)
+                cp.spawn(example_agent(tmp_path, *flags), tmp_path, parent=session, announce=False)
+            listed = cp.wait(cp.prompt(session, "#list-subagents").id, 60)
+            assert listed.ok and listed.text.count('"state"') == 2  # the first's tools still work
         finally:
             other.kill()
             other.wait(10)
-        leftovers = [p.name for p in tmp_path.iterdir() if "key" in p.name]
-        assert leftovers == []  # the key that makes the secrets lives in memory only
