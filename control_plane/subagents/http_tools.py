@@ -158,7 +158,7 @@ class HttpTools:
 
     async def _call(self, op: str, args: dict[str, Any], ctx: Any) -> dict[str, Any]:
         session_id = ctx.request.scope[SESSION_KEY]  # put there by the gate, after its check
-        return await self._bridge.serve(session_id, op, args)
+        return await self._bridge.serve(session_id, op, args, "http")
 
 
 def _import_server_modules(attempts: int = 20) -> None:
@@ -204,7 +204,8 @@ class _Gate:
         session_id = match.group(1)
         client, server = scope.get("client"), scope.get("server")
         if not client or not server or not self._trees.holds_tcp(session_id, client[1], server[1]):
-            refused = self._bridge.refuse(session_id, f"127.0.0.1:{client[1] if client else '?'}")
+            caller = f"127.0.0.1:{client[1] if client else '?'}"
+            refused = self._bridge.refuse(session_id, caller, "http")
             await _plain(send, 403, str(refused))
             return
         await self._manager.handle_request({**scope, SESSION_KEY: session_id}, receive, send)

@@ -56,6 +56,8 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from prometheus_client import Counter
+
 from control_plane.agents import agent_from_command
 from control_plane.outcome import Outcome
 from control_plane.subagents.host import SubagentHost
@@ -77,6 +79,15 @@ if TYPE_CHECKING:
     from control_plane.subagents.http_tools import HttpTools
 
 log = logging.getLogger(__name__)
+
+TOOL_CALLS = Counter(
+    "acpctl_subagent_tool_calls_total",
+    "Subagent tool calls, by transport (http: the control plane's MCP endpoint; stdio: through "
+    "the MCP server process an agent without HTTP MCP starts) and outcome (ok; error: the "
+    "bridge's answer was an error, a limit or a bad argument; refused: the caller is not the "
+    "session's agent).",
+    ["transport", "outcome"],
+)
 
 T = TypeVar("T")
 
@@ -152,14 +163,15 @@ class SubagentBridge:
             if not isinstance(session_id, str) or not session_id:
                 raise BridgeRefused("a request must name its session")
             if peer is None or not self.trees.holds(session_id, peer):
-                raise self.refuse(session_id, f"pid {peer}")
+                raise self.refuse(session_id, f"pid {peer}", "stdio")
         except (BridgeRefused, ValueError) as exc:
             return {"ok": False, "error": str(exc)}
-        return await self.serve(session_id, request.get("op"), request.get("args"))
+        return await self.serve(session_id, request.get("op"), request.get("args"), "stdio")
 
-    def refuse(self, session_id: str, caller: str) -> BridgeRefused:
+    def refuse(self, session_id: str, caller: str, transport: str) -> BridgeRefused:
         """The refusal of a caller that is not below the session's agent, logged (who asked
         for what; there is no credential to leave out)."""
+        TOOL_CALLS.labels(transport, "refused").inc()
         log.warning(
             "subagent tools: refused a call for session %s from %s, which is not that "
             "session's agent",
@@ -168,9 +180,14 @@ class SubagentBridge:
         )
         return BridgeRefused(f"refused: the caller is not session {session_id}'s agent")
 
-    async def serve(self, session_id: str, op: Any, args: Any) -> dict[str, Any]:
+    async def serve(self, session_id: str, op: Any, args: Any, transport: str) -> dict[str, Any]:
         """One tool call of ``session_id``, whose caller the transport has checked: the
         bridge's answer, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": ...}``."""
+        answer = await self._serve(session_id, op, args)
+        TOOL_CALLS.labels(transport, "ok" if answer["ok"] else "error").inc()
+        return answer
+
+    async def _serve(self, session_id: str, op: Any, args: Any) -> dict[str, Any]:
         try:
             if not isinstance(args or {}, dict):
                 raise BridgeRefused("args must be an object")

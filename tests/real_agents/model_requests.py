@@ -1,7 +1,7 @@
 """What a request to the stand-in model server (model_server.py) asks for: the directive a
-test put in its prompt (``SAY``, ``RUN``, ``WRITE``), read from each API's request body (the
-Anthropic Messages, OpenAI Responses and Gemini APIs), the text of a tool's result coming back,
-and the reply the "model" gives."""
+test put in its prompt (``SAY``, ``RUN``, ``WRITE``, ``TOOL``), read from each API's request
+body (the Anthropic Messages, OpenAI Responses and Gemini APIs), the text of a tool's result
+coming back, and the reply the "model" gives."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-_DIRECTIVE_RE = re.compile(r"^[ \t]*(SAY|RUN|WRITE)[ \t]+(.+?)[ \t]*$", re.MULTILINE)
+_DIRECTIVE_RE = re.compile(r"^[ \t]*(SAY|RUN|WRITE|TOOL)[ \t]+(.+?)[ \t]*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class Directive:
     """What the scripted model should do for one request."""
 
-    kind: str  # "say" | "run" | "write" | "done" | "default"
+    kind: str  # "say" | "run" | "write" | "tool" | "done" | "default"
     text: str = ""
     command: str = ""
     path: str = ""
@@ -34,6 +34,9 @@ def parse_directive(text: str) -> Directive:
         return Directive("say", text=arg)
     if verb == "RUN":
         return Directive("run", command=arg)
+    if verb == "TOOL":  # TOOL <name> <JSON arguments>: any tool the agent offers by that name
+        name, _, arguments = arg.partition(" ")
+        return Directive("tool", command=name, text=arguments or "{}")
     path, _, content = arg.partition(" ")
     return Directive("write", path=path, text=content)
 
@@ -195,6 +198,20 @@ def gemini_analyse(body: dict[str, Any]) -> tuple[Directive, str | None]:
             if text.strip():
                 return parse_directive(text), None
     return Directive("default", text="ok"), None
+
+
+def offered_tool(names: Any, wanted: str) -> str | None:
+    """The agent's name for tool ``wanted``: MCP tools come prefixed by their server
+    (Claude Code ``mcp__<server>__<tool>``, Codex and Gemini CLI their own ways)."""
+    for name in names:
+        if isinstance(name, str) and (name == wanted or name.endswith(f"_{wanted}")):
+            return name
+    return None
+
+
+def tool_arguments(directive: Directive) -> dict[str, Any]:
+    arguments: dict[str, Any] = json.loads(directive.text or "{}")
+    return arguments
 
 
 def final_text(directive: Directive, output: str) -> str:

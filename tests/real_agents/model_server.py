@@ -19,6 +19,9 @@ last directive line of the last user message wins):
     tool result, reply ``done: <first line of the output>``.
 ``WRITE <relative path> <text>``
     call the agent's file-write tool; once the result comes back, reply ``done: wrote <path>``.
+``TOOL <name> <JSON arguments>``
+    call the tool the agent offers under that name (an MCP tool's name may carry its server's
+    prefix); once the result comes back, reply ``done: <first line of the result>``.
 
 Anything else gets the reply ``ok``.  Every request is recorded in ``ModelServer.requests``.
 The server also acts as a refusing HTTP(S) proxy: agents are launched with ``HTTPS_PROXY``
@@ -47,8 +50,10 @@ from .model_requests import (
     final_text,
     gemini_analyse,
     json_for_schema,
+    offered_tool,
     openai_analyse,
     parse_directive,
+    tool_arguments,
 )
 
 __all__ = ["Directive", "ModelServer", "RecordedRequest", "parse_directive"]
@@ -214,6 +219,16 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
             stop = "tool_use"
+        elif directive.kind == "tool" and offered_tool(tools, directive.command):
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": "toolu_" + uuid.uuid4().hex[:20],
+                    "name": offered_tool(tools, directive.command),
+                    "input": tool_arguments(directive),
+                }
+            )
+            stop = "tool_use"
         else:
             blocks.append({"type": "text", "text": directive.text or "ok"})
         usage = {
@@ -298,6 +313,8 @@ class _Handler(BaseHTTPRequestHandler):
                 call = _oa_shell_call(tools, directive.command)
             elif directive.kind == "write":
                 call = _oa_write_call(tools, directive)
+            elif directive.kind == "tool":
+                call = _oa_tool_call(tools, directive.command, tool_arguments(directive))
             items.append(call or _oa_message(directive.text or "ok"))
         self._start_sse()
         base = {"id": resp_id, "object": "response", "created_at": int(time.time())}
@@ -382,6 +399,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif directive.kind == "write" and "write_file" in tools:
             args = {"file_path": directive.path, "content": directive.text + "\n"}
             parts.append({"functionCall": {"name": "write_file", "args": args}})
+        elif directive.kind == "tool" and offered_tool(tools, directive.command):
+            name = offered_tool(tools, directive.command)
+            parts.append({"functionCall": {"name": name, "args": tool_arguments(directive)}})
         else:
             parts.append({"text": directive.text or "ok"})
         usage = {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15}
@@ -434,6 +454,21 @@ def _oa_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
         "arguments": json.dumps(args),
         "status": "completed",
     }
+
+
+def _oa_tool_call(
+    tools: dict[str, dict[str, Any]], wanted: str, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A call of tool ``wanted``: a function of its own, or (Codex's MCP tools) one inside a
+    ``namespace`` tool, called by its name with the namespace beside it."""
+    name = offered_tool(tools, wanted)
+    if name is not None:
+        return _oa_call(name, args)
+    for namespace, tool in tools.items():
+        inner = [t.get("name") for t in tool.get("tools") or [] if isinstance(t, dict)]
+        if tool.get("type") == "namespace" and wanted in inner:
+            return {**_oa_call(wanted, args), "namespace": namespace}
+    return None
 
 
 def _oa_shell_call(tools: dict[str, dict[str, Any]], command: str) -> dict[str, Any] | None:
