@@ -37,6 +37,7 @@ from acp.schema import (
     ClientCapabilities,
     FileSystemCapabilities,
     Implementation,
+    InitializeRequest,
     InitializeResponse,
 )
 
@@ -57,6 +58,24 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 CLIENT_INFO = Implementation(name="acp-control-plane", title="ACP control plane", version="0.1.0")
+
+
+def client_capabilities(launch: AgentLaunch) -> ClientCapabilities:
+    return ClientCapabilities(
+        fs=FileSystemCapabilities(read_text_file=launch.fs, write_text_file=launch.fs),
+        terminal=launch.terminals_enabled,
+    )
+
+
+def initialize_params(launch: AgentLaunch) -> dict[str, Any]:
+    """The params of the ``initialize`` a connection sends the agent of ``launch`` (as the
+    SDK serialises them), for an exchange done ahead of the session (``prestart.py``)."""
+    request = InitializeRequest(
+        protocol_version=PROTOCOL_VERSION,
+        client_capabilities=client_capabilities(launch),
+        client_info=CLIENT_INFO,
+    )
+    return request.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class AgentHost:
@@ -155,6 +174,13 @@ class AgentHost:
 
     async def _start(self) -> InitializeResponse:
         launch = self.launch
+        params = initialize_params(launch)
+        prestarted = self._prestarted
+        handshake = None if prestarted is None else prestarted.handshake
+        if prestarted is not None and handshake is not None and handshake.params != params:
+            # Initialized with other client capabilities, and initialize is once a process.
+            prestarted.discard()
+            self._prestarted, handshake = None, None
         # The cap on the stderr log, also for an adopted process (its log is the one it was
         # started with). Closed last, once the agent is gone: a final check of the size.
         stderr_log = StderrLog(launch.stderr_path, launch.stderr_max_bytes)
@@ -181,15 +207,15 @@ class AgentHost:
             use_unstable_protocol=True,
         )
         self._stack.push_async_callback(self._conn.close)
-        capabilities = ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=launch.fs, write_text_file=launch.fs),
-            terminal=launch.terminals_enabled,
-        )
+        if handshake is not None:  # asked before the session existed (serve's initialize)
+            init = InitializeResponse.model_validate(handshake.answer)
+            self._agent_pgid = agent_pgid_of(process.pid, timeout_s=0)
+            return init
         try:
             init = await self.guard(
                 self._conn.initialize(
                     protocol_version=PROTOCOL_VERSION,
-                    client_capabilities=capabilities,
+                    client_capabilities=client_capabilities(launch),
                     client_info=CLIENT_INFO,
                 )
             )

@@ -11,6 +11,14 @@ from the main thread, which lives as long as serve.
 one (reader, writer, process, and the same shutdown: stdin closed, a grace period, SIGTERM,
 SIGKILL), so ``AgentConnection`` drives it like any other.
 
+Serve must answer its client's ``initialize`` with the agent's capabilities before the first
+session exists. On a store that has not recorded them yet, ``PrestartPool.initialize`` does
+the ``initialize`` exchange with the waiting process itself (one JSON-RPC line each way on
+its pipes) and keeps the answer with it (``Handshake``); the session that adopts the process
+then uses that answer instead of asking again, so the first serve of a new store starts its
+agent once. A session whose ``initialize`` would say something else (other client
+capabilities) cannot use an agent already initialized: the process is discarded.
+
 This module imports no SDK and no store: it runs before they are loaded.
 """
 
@@ -18,14 +26,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import select
 import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from protocol.agent.spawn import under_reaper
 from protocol.os_thread_name import name_this_thread
+
+HANDSHAKE_ID = 0  # the JSON-RPC id of the exchange (the adopting connection counts anew)
+
+
+@dataclass(frozen=True)
+class Handshake:
+    """The ``initialize`` exchange done with a waiting process: what was asked, what it
+    answered, and what it wrote after the answer (for the adopting connection to read)."""
+
+    params: dict[str, Any]
+    answer: dict[str, Any]
+    leftover: bytes = b""
+
+
+class HandshakeFailed(Exception):
+    """The waiting process did not answer ``initialize`` (exited, timed out, an error)."""
 
 
 @dataclass
@@ -37,6 +65,7 @@ class Prestarted:
     env: Mapping[str, str] = field(repr=False)
     popen: subprocess.Popen[bytes] = field(repr=False)
     stderr_path: str = ""
+    handshake: Handshake | None = None
 
     def matches(self, command: tuple[str, ...], cwd: str, env: Mapping[str, str]) -> bool:
         return (
@@ -92,11 +121,94 @@ class PrestartPool:
             self._spawned = None
             return spawned
 
+    def initialize(
+        self,
+        command: tuple[str, ...],
+        env: Mapping[str, str],
+        params: dict[str, Any],
+        timeout: float,
+    ) -> dict[str, Any] | None:
+        """The waiting process's answer to ``initialize`` with ``params``, asked now (or
+        earlier, with the same params); None when no process of that command and environment
+        waits. The process stays in the pool, its handshake done. ``HandshakeFailed`` when it
+        did not answer (the process is then discarded)."""
+        with self._lock:
+            spawned = self._spawned
+            if spawned is None or spawned.popen.poll() is not None:
+                return None
+            if spawned.command != tuple(command) or dict(spawned.env) != dict(env):
+                return None
+            if spawned.handshake is not None:
+                return spawned.handshake.answer if spawned.handshake.params == params else None
+            self._spawned = None  # out of the pool while its pipes are in use here
+        try:
+            spawned.handshake = exchange_initialize(spawned.popen, params, timeout)
+        except HandshakeFailed:
+            spawned.discard()
+            raise
+        with self._lock:
+            if self._spawned is None:
+                self._spawned = spawned
+                return spawned.handshake.answer
+        spawned.discard()  # another took its place meanwhile (not done by serve or batch)
+        return None
+
     def close(self) -> None:
         with self._lock:
             spawned, self._spawned = self._spawned, None
         if spawned is not None:
             spawned.discard()
+
+
+def exchange_initialize(
+    popen: subprocess.Popen[bytes], params: dict[str, Any], timeout: float
+) -> Handshake:
+    """Send ``initialize`` on the process's stdin and read its stdout up to the answer.
+
+    Raw reads of the pipe's fd (``os.read``), never the ``Popen`` file object's buffered
+    ones, so nothing past the answer hides in a buffer: it is kept as the leftover."""
+    assert popen.stdin is not None and popen.stdout is not None
+    request = {"jsonrpc": "2.0", "id": HANDSHAKE_ID, "method": "initialize", "params": params}
+    try:
+        os.write(popen.stdin.fileno(), json.dumps(request).encode() + b"\n")
+    except OSError as exc:
+        raise HandshakeFailed(f"the agent's stdin is closed: {exc}") from exc
+    fd = popen.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    pending = b""
+    kept = b""  # lines before the answer (notifications), handed on in order
+    while True:
+        newline = pending.find(b"\n")
+        if newline >= 0:
+            line, pending = pending[: newline + 1], pending[newline + 1 :]
+            answer = _answer_in(line)
+            if answer is None:
+                kept += line
+                continue
+            if "result" not in answer or not isinstance(answer["result"], dict):
+                raise HandshakeFailed(f"the agent refused initialize: {answer.get('error')}")
+            return Handshake(params, answer["result"], kept + pending)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise HandshakeFailed(f"no answer to initialize within {timeout:g} s")
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if not readable:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise HandshakeFailed(f"the agent exited during initialize ({popen.poll()})")
+        pending += chunk
+
+
+def _answer_in(line: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC response to the handshake in one line, else None."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and message.get("id") == HANDSHAKE_ID and "method" not in message:
+        return message
+    return None
 
 
 class AdoptedProcess:
@@ -147,6 +259,8 @@ async def adopt(
     popen = spawned.popen
     assert popen.stdin is not None and popen.stdout is not None
     reader = asyncio.StreamReader(limit=limit)
+    if spawned.handshake is not None and spawned.handshake.leftover:
+        reader.feed_data(spawned.handshake.leftover)  # written after its initialize answer
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), popen.stdout)
     # A StreamReaderProtocol (with an unused reader) gives the writer drain() and
     # wait_closed(), as asyncio's own subprocess streams have.

@@ -121,6 +121,9 @@ class ExampleAgent(TurnScript):
 
     async def initialize(self, protocol_version: int, **_: Any) -> InitializeResponse:
         """Advertise capabilities; ``--exit-during-initialize`` dies here without answering."""
+        if self.options.starts_file is not None:
+            with self.options.starts_file.open("a") as starts:
+                starts.write(f"{os.getpid()}\n")
         if self.options.exit_during_initialize:
             log.error("exiting during initialize as requested")
             os._exit(2)

@@ -14,6 +14,8 @@ class Options:
 
     state_file: Path
     invocations_file: Path | None = None
+    # A line with this process's pid is appended here on every initialize (processes started).
+    starts_file: Path | None = None
     exit_during_initialize: bool = False
     # Refuse session/new with -32000 "Authentication required" unless EXAMPLE_AGENT_TOKEN
     # is set (what an agent without a configured API key does).
@@ -44,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p = argparse.ArgumentParser(prog="python -m protocol.example_agent", description=__doc__)
     p.add_argument("--state-file", type=Path, default=None)
     p.add_argument("--invocations-file", type=Path, default=None)
+    p.add_argument("--starts-file", type=Path, default=None)
     p.add_argument("--exit-during-initialize", action="store_true")
     p.add_argument("--auth-required", action="store_true")
     p.add_argument("--no-load", action="store_true")
@@ -57,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(
         state_file=Path(state),
         invocations_file=Path(invocations) if invocations else None,
+        starts_file=a.starts_file,
         exit_during_initialize=a.exit_during_initialize,
         auth_required=a.auth_required,
         load=not a.no_load,

@@ -26,6 +26,7 @@ from tests.support.direct_sql import query
 
 def _serve_argv(tmp: Path, db: str, invocations: Path | None = None) -> list[str]:
     agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp / 'agent-state.json'}"
+    agent += f" --starts-file {tmp / 'starts.txt'}"
     if invocations is not None:
         agent += f" --invocations-file {invocations}"
     return ["-m", "control_plane.cli", "--db", db, "serve", "--agent", agent]
@@ -153,6 +154,26 @@ def test_permission_requests_reach_the_client_and_its_answer_goes_back(
         assert f"permission: {expected}" in client.text()
 
     asyncio.run(asyncio.wait_for(_session(tmp_path, db, client, body), 90))
+
+
+def test_the_first_serve_of_a_new_store_starts_its_agent_once(tmp_path: Path, db: str) -> None:
+    """``initialize`` needs the agent's capabilities before any session exists: they are
+    asked of the process started ahead for the first session, which that session then
+    adopts. Once recorded, a later serve answers from the store (and starts one too)."""
+    invocations = tmp_path / "invocations.jsonl"
+
+    async def body(conn: Any, proc: Any, init: Any) -> None:
+        assert init.agent_capabilities.load_session is True
+        sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+        response = await conn.prompt(session_id=sid, prompt=[text_block("first")])
+        assert response.stop_reason == "end_turn"
+
+    for _ in range(2):
+        asyncio.run(asyncio.wait_for(_session(tmp_path, db, Client(), body, invocations), 90))
+    starts = (tmp_path / "starts.txt").read_text().split()
+    prompted = [json.loads(line)["pid"] for line in invocations.read_text().splitlines()]
+    assert len(starts) == 2, starts  # one agent per serve, the new store's first included
+    assert [int(pid) for pid in starts] == prompted  # and that agent ran the prompt
 
 
 def test_a_retried_prompt_with_the_same_key_runs_once_and_streams_the_same_updates(
