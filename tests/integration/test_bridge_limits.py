@@ -213,6 +213,7 @@ def test_the_mcp_tool_describes_the_cap_and_passes_the_bridges_refusal(
         child = cp.spawn(agent, tmp_path, "#hang", parent=a, announce=False).session.id
         eventually(lambda: cp.get(child).state is SessionState.RUNNING)
         act_as(bridge, a)
+        assert bridge.http is not None
         entry = bridge.http.entry_for(a)
         server = SimpleNamespace(url=entry["url"], headers=[])
 
