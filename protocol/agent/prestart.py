@@ -38,6 +38,7 @@ from typing import Any
 
 from protocol.agent.spawn import under_reaper
 from protocol.os_thread_name import name_this_thread
+from state_machines import AgentStartFailed
 
 HANDSHAKE_ID = 0  # the JSON-RPC id of the exchange (the adopting connection counts anew)
 
@@ -52,7 +53,7 @@ class Handshake:
     leftover: bytes = b""
 
 
-class HandshakeFailed(Exception):
+class HandshakeFailed(AgentStartFailed):
     """The waiting process did not answer ``initialize`` (exited, timed out, an error)."""
 
 
