@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from acp.schema import InitializeResponse
 
@@ -29,6 +29,9 @@ from store.tokens import TokenRecord
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
 from store.watch import CommandWait
 
+if TYPE_CHECKING:
+    from control_plane.subagents.server import SubagentBridge
+
 T = TypeVar("T")
 
 
@@ -46,6 +49,7 @@ class FrontEndServices:
     _store: Store
     _loop: ProtocolLoop
     _supervisor: Supervisor
+    _bridge: SubagentBridge | None
 
     # -- configuration and wiring --------------------------------------------------------
 
@@ -59,6 +63,12 @@ class FrontEndServices:
     def store_path(self) -> str:
         """The store's file, or its PostgreSQL URL with the password masked."""
         return self._store.path
+
+    def expect_http_tools(self) -> None:
+        """Load the subagent tools' HTTP endpoint now, not at its first connection: an agent
+        that speaks HTTP MCP is about to start a session (and may wait for the tools)."""
+        if self._bridge is not None and self._bridge.http is not None:
+            self._bridge.http.warm()
 
     @property
     def store_location(self) -> StoreLocation:

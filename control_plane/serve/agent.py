@@ -104,6 +104,9 @@ class ServeAgent:
         if self.backend_init is None:
             self.backend_init = await asyncio.to_thread(self.backend.initialize)
         caps = self.backend_init.get("agentCapabilities") or {}
+        if (caps.get("mcpCapabilities") or {}).get("http"):
+            # Its first session/new will connect to the subagent tools: load them now.
+            self.cp.expect_http_tools()
         prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})
         answer = InitializeResponse(
             protocol_version=PROTOCOL_VERSION,

@@ -9,10 +9,12 @@ its TCP connection is that session's agent or below it (``peers.py``); anything 
 an agent is given, Claude Code's SDK puts on a command line.
 
 Start-up cost: the MCP SDK's server and uvicorn take ~1 s of CPU to import, more than the
-rest of the control plane. The port is bound when the endpoint is made (a socket call), and
-the imports run in a thread of their own when the first agent that will use it starts, so
-they overlap that agent's own start; a connection that arrives earlier waits in the listen
-backlog, not refused. A process whose agents never use HTTP MCP never imports them. (A
+rest of the control plane. The port is bound when the endpoint is made (a socket call); the
+imports run on a thread of their own when the first connection arrives (it waits in the
+listen backlog meanwhile, not refused), or earlier when a front end knows an agent will
+connect (``warm()``: serve, once its backend agent's ``initialize`` says it speaks HTTP
+MCP, so the imports overlap the session's start). A process whose agents never call a tool
+never imports them: most of the example agent's sessions in the tests, for one. (A
 host that imports the ``mcp`` package itself, on another thread, should do so before it
 opens the control plane: two threads inside one package's circular imports can leave one
 of them a half-made module. This thread retries; it cannot retry for the host's.)
@@ -73,13 +75,14 @@ class HttpTools:
         self._serving: Future[None] | None = None
         self._server: Any = None
         self._stopped = False
+        # Last: the loop may run it before this constructor returns.
+        submit(self._warm_on_first_connection()).add_done_callback(self._served)
 
     def url_for(self, session_id: str) -> str:
         return f"http://127.0.0.1:{self.port}/sessions/{session_id}/mcp"
 
     def entry_for(self, session_id: str) -> dict[str, Any]:
         """The ``mcpServers`` entry for one session's agent (ACP ``McpServerHttp``)."""
-        self.warm()
         return {
             "type": "http",
             "name": "acp-control-plane",
@@ -88,6 +91,16 @@ class HttpTools:
         }
 
     # -- lifecycle ---------------------------------------------------------------------
+
+    async def _warm_on_first_connection(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            loop.remove_reader(self._sock.fileno())
+            self.warm()
+
+        if not self._stopped:
+            loop.add_reader(self._sock.fileno(), readable)
 
     def warm(self) -> None:
         """Start serving, once: the imports on a thread of their own, then the server on
@@ -135,14 +148,39 @@ class HttpTools:
                 access_log=False,
                 timeout_graceful_shutdown=1,
             )
+            # What uvicorn would import on the loop when it starts (its protocol classes),
+            # imported here, where a clash with another thread's import is retried.
+            _retrying_imports(config.load)
             server = _Server(config)
             with self._warm_lock:
                 if self._stopped:
                     return
                 self._server = server
                 self._serving = self._submit(_serve(server, manager, self._sock))
-        except Exception:  # the tools are unusable; agents get tool errors, the rest runs
+                self._serving.add_done_callback(self._served)
+        except Exception:
             log.exception("the subagent tools' HTTP endpoint did not start")
+            self._refuse_from_now()
+
+    def _served(self, serving: Future[None]) -> None:
+        if serving.cancelled() or serving.exception() is None:
+            return
+        log.error("the subagent tools' HTTP endpoint failed", exc_info=serving.exception())
+        self._refuse_from_now()
+
+    def _refuse_from_now(self) -> None:
+        """The tools cannot be served: close the port, so agents that connect get a refusal
+        at once rather than waiting in the backlog for a server that will not come."""
+        with self._warm_lock:
+            self._stopped = True
+        with contextlib.suppress(RuntimeError):  # the loop is gone: so is everything
+            self._submit(self._close_port())
+
+    async def _close_port(self) -> None:
+        """On the loop (the port's fd may be in its selector)."""
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        self._sock.close()
 
     async def stop(self) -> None:
         """On the protocol loop: stop serving and close the port."""
@@ -154,28 +192,39 @@ class HttpTools:
         if serving is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.wrap_future(serving), 5)
-        self._sock.close()
+        await self._close_port()
 
     async def _call(self, op: str, args: dict[str, Any], ctx: Any) -> dict[str, Any]:
         session_id = ctx.request.scope[SESSION_KEY]  # put there by the gate, after its check
         return await self._bridge.serve(session_id, op, args, "http")
 
 
-def _import_server_modules(attempts: int = 20) -> None:
-    """Import the MCP SDK's server side and uvicorn on this thread. Another thread importing
-    the same package at the same time (a host using the MCP client) can meet this one in
-    the middle of a circular import, and Python then hands one of them a half-made module
-    (ImportError) rather than deadlock: try again once the other is done."""
+def _import_server_modules() -> None:
+    """Import the MCP SDK's server side and uvicorn on this thread."""
     import importlib
+
+    def load() -> None:
+        for name in ("mcp.server.lowlevel", "mcp.server.streamable_http_manager", "uvicorn"):
+            importlib.import_module(name)
+
+    _retrying_imports(load)
+
+
+def _retrying_imports(load: Callable[[], None], patience_s: float = 30.0) -> None:
+    """Run ``load`` (which imports), again while it meets a half-made module. Another thread
+    importing the same package at the same time (a host, or a test, using the MCP client)
+    can meet this one in the middle of a circular import, and Python then hands one of
+    them a half-made module (ImportError) rather than deadlock: the other thread's import
+    finishes, and the next try here finds the module whole."""
     import time
 
-    for attempt in range(attempts):
+    deadline = time.monotonic() + patience_s
+    while True:
         try:
-            for name in ("mcp.server.lowlevel", "mcp.server.streamable_http_manager", "uvicorn"):
-                importlib.import_module(name)
+            load()
             return
         except ImportError:
-            if attempt == attempts - 1:
+            if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 

@@ -17,7 +17,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
 
-import mcp.client.session  # noqa: F401  (imported before any control plane warms its MCP server)
+# The MCP client, imported before any control plane here loads its MCP server on a thread.
+import httpx2  # noqa: F401
+import mcp.client.session
+import mcp.client.streamable_http  # noqa: F401
 import pytest
 
 from control_plane.subagents import rules

@@ -200,3 +200,24 @@ def test_a_second_process_on_the_store_leaves_the_first_ones_bridge(
         finally:
             other.kill()
             other.wait(10)
+
+
+def test_an_endpoint_that_cannot_start_refuses_connections_and_says_why(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The MCP server side cannot be loaded (a broken install): agents that connect are
+    refused at once (no wait in the listen backlog for a server that will not come), and the
+    log says why."""
+    from control_plane.subagents import http_tools
+
+    def broken() -> None:
+        raise ImportError("No module named 'mcp.server.lowlevel' (a broken install)")
+
+    monkeypatch.setattr(http_tools, "_import_server_modules", broken)
+    caplog.set_level(logging.ERROR, logger="control_plane.subagents.http_tools")
+    with open_cp(tmp_path, db=db) as cp:
+        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#list-subagents")
+        assert spawned.command is not None
+        outcome = cp.wait(spawned.command.id, 60)
+        assert outcome.ok and "mcp: failed:" in outcome.text
+    assert any("did not start" in r.getMessage() for r in caplog.records)
