@@ -57,6 +57,8 @@ from tests.real_agents import agents  # noqa: E402
 from tests.real_agents.model_server import ModelServer  # noqa: E402
 
 AGENTS = ("claude", "codex", "gemini")
+# What serve may add to a real agent's turn (median of the per-round differences).
+MAX_ADDED_MS = 2.5
 DEFAULT_TURNS = 20
 DEFAULT_WARMUP = 2
 TURN_TIMEOUT_S = 120.0
@@ -123,6 +125,7 @@ async def measure_agent(workdir: Path, name: str, turns: int, warmup: int) -> di
             "ratio_of_medians": median(serve.times_ms) / median(direct_side.times_ms),
             "median_paired_ratio": median(paired),
             "median_added_ms": median(added),
+            "target": {"max_added_ms": MAX_ADDED_MS, "met": median(added) <= MAX_ADDED_MS},
         }
 
 
@@ -143,10 +146,11 @@ def print_report(report: dict[str, Any]) -> None:
         if "skipped" in row:
             print(f"{name:<10}skipped: {row['skipped']}")
             continue
+        verdict = "MET" if row["target"]["met"] else "NOT MET"
         print(
             f"{name:<10}{row['median_serve_ms']:>10.0f}{row['median_direct_ms']:>11.0f}"
             f"{row['ratio_of_medians']:>8.3f}x{row['median_paired_ratio']:>8.3f}x"
-            f"{row['median_added_ms']:>10.1f}"
+            f"{row['median_added_ms']:>10.1f}  target <= {MAX_ADDED_MS} ms: {verdict}"
         )
     print("\nratio = ratio of medians (serve / direct); paired = median of the per-round ratios;")
     print("added ms = median of serve's turn minus the direct turn of the same round")

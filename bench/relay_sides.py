@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 _BENCH = os.path.dirname(os.path.abspath(__file__))
 RELAY_SCRIPT = os.path.join(_BENCH, "relay.py")
@@ -42,14 +42,22 @@ def build_c_relay(workdir: str) -> str | None:
     return binary if built.returncode == 0 else None
 
 
+# The relay serve's turn is held to (bench/serve_overhead.py's target): the least a process
+# that writes every frame durably before passing it on costs on this machine.
+DURABLE = "relay-c-durable"
+
+
 def relay_commands(
-    workdir: str, agent_argv: Callable[[str], list[str]]
+    workdir: str, agent_argv: Callable[[str], list[str]], names: Collection[str] | None = None
 ) -> tuple[list[tuple[str, list[str]]], str | None]:
-    """Each relay side's name and command line, in front of ``agent_argv(tag)`` (an agent of
-    its own per side), and why the C relays are left out, when they are (else None)."""
+    """Each relay side's name and command line (all, or ``names``), in front of
+    ``agent_argv(tag)`` (an agent of its own per side), and why the C relays are left out,
+    when they are (else None)."""
     sides: list[tuple[str, list[str]]] = []
     binary = build_c_relay(workdir)
     for name, (_, mode) in RELAYS.items():
+        if names is not None and name not in names:
+            continue
         agent = agent_argv(name)
         if mode is not None:
             sides.append((name, [sys.executable, RELAY_SCRIPT, mode, "--", *agent]))

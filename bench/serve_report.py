@@ -15,9 +15,12 @@ LABELS = {
     DIRECT: "SDK client -> agent",
     **relay_sides.LABELS,
 }
-TARGET_RATIO = 1.3
-# Start to session ready (process start, initialize, session/new answered), serve / direct.
-READY_TARGET_RATIO = 1.2
+# The 100-update example turn through serve, against the durable C relay timed in the same
+# rounds (relay_sides.DURABLE): at most this ratio.
+TURN_TARGET_RATIO = 1.15
+# Start to session ready (process start, initialize, session/new answered), serve / direct,
+# by backend agent.
+READY_TARGET_RATIOS = {"example agent": 1.4, "claude": 1.25, "gemini": 1.25, "codex": 1.25}
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -52,10 +55,16 @@ def print_report(report: dict[str, Any]) -> None:
             f"{ready_report['median_direct_s']:.2f} s (medians) = "
             f"{ready_report['ratio_of_medians']:.2f}x (paired "
             f"{ready_report['median_paired_ratio']:.2f}x); target <= "
-            f"{READY_TARGET_RATIO:.1f}x: {verdict}. First serve of a new store: "
-            f"{ready_report['first_serve_s']:.2f} s (starts the agent once more to learn its "
-            "capabilities)"
+            f"{ready_report['target']['max_ratio']:.2f}x: {verdict}. First serve of a new "
+            f"store: {ready_report['first_serve_s']:.2f} s"
         )
+        floor = ready_report.get("floor")
+        if floor is not None:
+            print(
+                f"  floor in the same rounds: serve's own imports (python -c 'import "
+                f"control_plane.serve.run') {floor['median_s']:.2f} s; serve cannot be ready "
+                f"before them nor before its agent: at best {floor['ratio']:.2f}x direct"
+            )
     cpu = turns["cpu_ms_per_turn"]
     if cpu:
         print(
@@ -112,11 +121,17 @@ def print_report(report: dict[str, Any]) -> None:
                 if ms.get("all", 0.0) >= 0.05:
                     print(f"  {ms['all']:7.2f} ms  {thread} (kernel {ms.get('system', 0.0):.2f})")
     target = turns["target"]
-    verdict = "MET" if target["met"] else "NOT MET"
-    print(
-        f"target: serve <= {target['max_ratio']:.2f}x the direct client: "
-        f"{verdict} ({target['ratio']:.3f}x)"
-    )
+    if target.get("ratio") is None:
+        print(
+            f"target: serve <= {target['max_ratio']:.2f}x the durable C relay: not measured "
+            f"({target.get('why')})"
+        )
+    else:
+        verdict = "MET" if target["met"] else "NOT MET"
+        print(
+            f"target: serve <= {target['max_ratio']:.2f}x the durable C relay of the same "
+            f"rounds: {verdict} ({target['ratio']:.3f}x)"
+        )
     sides = turns["sides"]
     floors = [sides[n] for n in ("relay-c", "relay-c-durable") if n in sides]
     if floors:  # serve against the floors measured in the same rounds

@@ -19,7 +19,9 @@ from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+# The stdio transport's own behaviour (who may call, refusals) stays in the default run
+# (the claiming test below); the three-children flow over it is the full matrix's.
+@pytest.mark.parametrize("transport", ["http", pytest.param("stdio", marks=pytest.mark.full)])
 def test_agent_spawns_three_children_through_the_mcp_tool_and_gets_each_announce_once(
     tmp_path: Path,
     db: str,
