@@ -22,7 +22,6 @@ from actors.supervisor import Supervisor
 from control_plane.agents import agent_from_command
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
-from control_plane.export import export_session
 from control_plane.outcome import Outcome
 from control_plane.services import FrontEndServices
 from control_plane.subagents.server import SubagentBridge
@@ -393,4 +392,8 @@ class ControlPlane(FrontEndServices):
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> Path:
         """Write the session as a JSONL transcript v3 file (atomically); returns the path."""
+        # Imported here: the transcript mapping is ~17 ms of every start (serve's, batch's)
+        # that most processes never export from.
+        from control_plane.export import export_session
+
         return export_session(self._store, session_id, path)

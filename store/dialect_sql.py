@@ -7,8 +7,17 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, Table, func
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import ColumnElement
+
+
+def _postgresql() -> Any:
+    """SQLAlchemy's PostgreSQL dialect module, imported when a PostgreSQL store uses it
+    (~30 ms that a SQLite store's process never needs; the PostgreSQL engine has it loaded
+    already)."""
+    from sqlalchemy.dialects import postgresql
+
+    return postgresql
 
 
 def is_postgres(conn: Connection) -> bool:
@@ -18,7 +27,9 @@ def is_postgres(conn: Connection) -> bool:
 def upsert(conn: Connection, table: Table) -> Any:
     """``INSERT`` with ``on_conflict_do_update`` (both dialects have it, in their own
     modules)."""
-    return postgresql.insert(table) if is_postgres(conn) else sqlite.insert(table)
+    if is_postgres(conn):
+        return _postgresql().insert(table)
+    return sqlite.insert(table)
 
 
 def greatest(conn: Connection, a: Any, b: Any) -> ColumnElement[Any]:
@@ -30,7 +41,7 @@ def greatest(conn: Connection, a: Any, b: Any) -> ColumnElement[Any]:
 def json_text(conn: Connection, column: Any, key: str) -> ColumnElement[Any]:
     """A top-level field of a TEXT column holding a JSON object, as text."""
     if is_postgres(conn):
-        return func.cast(column, postgresql.JSONB).op("->>")(key)
+        return func.cast(column, _postgresql().JSONB).op("->>")(key)
     return func.json_extract(column, f"$.{key}")
 
 

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from protocol.transcript.mapping import EventLike
+from protocol.transcript.inputs import EventLike
 from state_machines.event_kinds import EventKind
 
 

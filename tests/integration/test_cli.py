@@ -329,6 +329,29 @@ def test_cli_start_up_does_not_import_the_runtime(tmp_path: Path, args: list[str
     assert report["loaded"] == [], output
 
 
+# What serve loads before it answers ``initialize`` must not include what it may never use:
+# PostgreSQL's dialect on a SQLite store, the transcript mapping (exports), the MCP server
+# and uvicorn (loaded on a thread of their own when an agent first uses the subagent tools).
+SERVE_LAZY = ["sqlalchemy.dialects.postgresql", "protocol.transcript.mapping", "mcp", "uvicorn"]
+
+
+def test_serve_start_up_leaves_out_what_it_may_never_use(tmp_path: Path) -> None:
+    probe = (
+        "import json, sys\n"
+        "import control_plane.serve.run\n"
+        "print(json.dumps([m for m in json.loads(sys.argv[1]) if m in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, json.dumps(SERVE_LAZY)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
 def _probe(tmp_path: Path, argv: list[str], modules: list[str]) -> tuple[dict[str, Any], str]:
     """Run ``acpctl argv`` in a fresh interpreter (no user configuration); report which of
     ``modules`` it imported, its exit code and its output."""
