@@ -15,11 +15,23 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import acpctl_argv, child_env, example_agent_argv, median, now, progress
+from bench.mcp_stand_in import McpStandIn
 from bench.serve_report import DIRECT, READY_TARGET_RATIOS, SERVE
 from bench.serve_sides import START_TIMEOUT_S, start_side
 
 FLOOR = "serve imports"
+FLOOR_WITH_TOOLS = "serve + MCP server imports"
+WITH_MCP = "direct + MCP"
 FLOOR_ARGV = [sys.executable, "-c", "import control_plane.serve.run"]
+# What serve must have loaded before an agent that waits for its MCP servers at session/new
+# (Claude Code) is answered: serve itself and the subagent tools' HTTP endpoint, in one
+# process (one GIL: the imports of one cannot run beside the other's).
+FLOOR_WITH_TOOLS_ARGV = [
+    sys.executable,
+    "-c",
+    "import control_plane.serve.run, mcp.server.lowlevel, mcp.server.streamable_http_manager, "
+    "uvicorn",
+]
 
 
 async def time_to_exit(argv: list[str], workdir: str, env: dict[str, str]) -> float:
@@ -31,12 +43,19 @@ async def time_to_exit(argv: list[str], workdir: str, env: dict[str, str]) -> fl
     return now() - start
 
 
-async def time_to_ready(argv: list[str], workdir: str, env: dict[str, str], name: str) -> float:
+async def time_to_ready(
+    argv: list[str],
+    workdir: str,
+    env: dict[str, str],
+    name: str,
+    mcp_servers: list[dict[str, Any]] | None = None,
+) -> float:
     """Seconds from spawning ``argv`` to its ``session/new`` answered (a fresh process; for
     serve, a session whose backend agent has started: serve answers only then)."""
     async with AsyncExitStack() as stack:
         start = now()
-        await asyncio.wait_for(start_side(stack, name, argv, workdir, env), START_TIMEOUT_S)
+        started = start_side(stack, name, argv, workdir, env, mcp_servers)
+        await asyncio.wait_for(started, START_TIMEOUT_S)
         return now() - start
 
 
@@ -87,14 +106,30 @@ async def measure_ready(workdir: str, rounds: int, real_agent: str | None = None
             serve_argv, serve_env, direct_argv, direct_env = real_agent_sides(
                 workdir, real_agent, server.base_url
             )
+        # The direct agent once more, offered an HTTP MCP server that is always ready: what
+        # the agent's own session start costs with MCP tools to connect to, as serve's
+        # agent has (the subagent tools).
+        tools = stack.enter_context(McpStandIn())
         progress(f"start to session ready: {rounds} rounds per side")
         first = await time_to_ready(serve_argv, workdir, serve_env, SERVE)
-        times: dict[str, list[float]] = {SERVE: [], DIRECT: [], FLOOR: []}
-        sides = [(SERVE, serve_argv, serve_env), (DIRECT, direct_argv, direct_env)]
+        times: dict[str, list[float]] = {
+            SERVE: [],
+            DIRECT: [],
+            WITH_MCP: [],
+            FLOOR: [],
+            FLOOR_WITH_TOOLS: [],
+        }
+        sides = [
+            (SERVE, serve_argv, serve_env, None),
+            (DIRECT, direct_argv, direct_env, None),
+            (WITH_MCP, direct_argv, direct_env, [tools.entry()]),
+        ]
         for r in range(rounds):
-            for name, argv, side_env in sides if r % 2 == 0 else sides[::-1]:
-                times[name].append(await time_to_ready(argv, workdir, side_env, name))
+            shift = r % len(sides)
+            for name, argv, side_env, mcp in sides[shift:] + sides[:shift]:
+                times[name].append(await time_to_ready(argv, workdir, side_env, name, mcp))
             times[FLOOR].append(await time_to_exit(FLOOR_ARGV, workdir, env))
+            times[FLOOR_WITH_TOOLS].append(await time_to_exit(FLOOR_WITH_TOOLS_ARGV, workdir, env))
     serve_s, direct_s = median(times[SERVE]), median(times[DIRECT])
     ratio = serve_s / direct_s
     paired = median([a / b for a, b in zip(times[SERVE], times[DIRECT], strict=True)])
@@ -114,10 +149,22 @@ async def measure_ready(workdir: str, rounds: int, real_agent: str | None = None
         "target": {"max_ratio": limit, "met": ratio <= limit},
         # Serve answers nothing before its own imports are done, nor before its agent is
         # ready: the best ratio this machine allows without trimming them.
+        "direct_with_mcp": {
+            "what": "the agent directly, offered an always-ready HTTP MCP server",
+            "times_s": times[WITH_MCP],
+            "median_s": median(times[WITH_MCP]),
+            "ratio": median(times[WITH_MCP]) / direct_s,
+        },
         "floor": {
             "what": "python -c 'import control_plane.serve.run' (serve's imports)",
             "times_s": times[FLOOR],
             "median_s": floor_s,
             "ratio": max(floor_s, direct_s) / direct_s,
+            "with_tools": {
+                "what": "serve's imports and the MCP server's with uvicorn, one process",
+                "times_s": times[FLOOR_WITH_TOOLS],
+                "median_s": median(times[FLOOR_WITH_TOOLS]),
+                "ratio": max(median(times[FLOOR_WITH_TOOLS]), direct_s) / direct_s,
+            },
         },
     }

@@ -58,6 +58,12 @@ def print_report(report: dict[str, Any]) -> None:
             f"{ready_report['target']['max_ratio']:.2f}x: {verdict}. First serve of a new "
             f"store: {ready_report['first_serve_s']:.2f} s"
         )
+        with_mcp = ready_report.get("direct_with_mcp")
+        if with_mcp is not None:
+            print(
+                f"  the agent directly with an always-ready HTTP MCP server to connect to: "
+                f"{with_mcp['median_s']:.2f} s ({with_mcp['ratio']:.2f}x direct without)"
+            )
         floor = ready_report.get("floor")
         if floor is not None:
             print(
@@ -65,6 +71,13 @@ def print_report(report: dict[str, Any]) -> None:
                 f"control_plane.serve.run') {floor['median_s']:.2f} s; serve cannot be ready "
                 f"before them nor before its agent: at best {floor['ratio']:.2f}x direct"
             )
+            tools = floor.get("with_tools")
+            if tools is not None:
+                print(
+                    f"  with the MCP server's imports too (what an agent that waits for its "
+                    f"MCP servers at session/new waits for): {tools['median_s']:.2f} s, at "
+                    f"best {tools['ratio']:.2f}x direct"
+                )
     cpu = turns["cpu_ms_per_turn"]
     if cpu:
         print(

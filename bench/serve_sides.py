@@ -13,7 +13,7 @@ from typing import Any
 
 from acp import PROTOCOL_VERSION, spawn_agent_process
 from acp.client.connection import ClientSideConnection
-from acp.schema import ClientCapabilities
+from acp.schema import ClientCapabilities, HttpMcpServer
 
 START_TIMEOUT_S = 120.0  # from spawning a side to its session/new answered
 
@@ -61,7 +61,12 @@ class Side:
 
 
 async def start_side(
-    stack: AsyncExitStack, name: str, argv: list[str], workdir: str, env: dict[str, str]
+    stack: AsyncExitStack,
+    name: str,
+    argv: list[str],
+    workdir: str,
+    env: dict[str, str],
+    mcp_servers: list[dict[str, Any]] | None = None,
 ) -> Side:
     client = CountingClient()
     stderr = stack.enter_context(open(os.path.join(workdir, f"{name}.stderr.log"), "ab"))  # noqa: SIM115
@@ -79,5 +84,6 @@ async def start_side(
     await conn.initialize(
         protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
     )
-    session = await conn.new_session(cwd=workdir, mcp_servers=[])
+    offered = [HttpMcpServer.model_validate(entry) for entry in mcp_servers or []]
+    session = await conn.new_session(cwd=workdir, mcp_servers=list(offered))
     return Side(name, client, conn, session.session_id, pid=process.pid)
