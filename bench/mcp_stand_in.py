@@ -17,7 +17,8 @@ from typing import Any
 
 class McpStandIn:
     def __init__(self) -> None:
-        self._sock = socket.socket()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # see http_tools.py
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(128)
         self.port: int = self._sock.getsockname()[1]
@@ -61,7 +62,11 @@ class McpStandIn:
             app=build_server(call), stateless=True, json_response=True
         )
         config = uvicorn.Config(
-            manager.handle_request, lifespan="off", log_config=None, access_log=False
+            manager.handle_request,
+            interface="asgi3",  # a bound method: uvicorn's guess would be ASGI 2
+            lifespan="off",
+            log_config=None,
+            access_log=False,
         )
         self._server = uvicorn.Server(config)
         self._loop = asyncio.get_running_loop()

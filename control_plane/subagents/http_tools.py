@@ -64,7 +64,13 @@ class HttpTools:
         self._bridge = bridge
         self._trees = trees
         self._submit = submit
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named, and TCP_NODELAY on the listener (accepted sockets inherit it):
+        # asyncio turns Nagle off only on sockets whose proto is IPPROTO_TCP, and a plain
+        # socket.socket() has proto 0. With Nagle on, a response's second write waits for
+        # the client's delayed ACK: 40 ms on every request of a kept-alive connection
+        # after the first (measured: 44 ms per tools/list, 1.2-1.9 ms without).
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(128)  # connections wait here until the server is up
@@ -143,6 +149,7 @@ class HttpTools:
 
             config = uvicorn.Config(
                 _Gate(manager, self._bridge, self._trees),
+                interface="asgi3",
                 lifespan="off",
                 log_config=None,
                 access_log=False,
