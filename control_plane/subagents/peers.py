@@ -24,6 +24,7 @@ import threading
 
 from protocol.agent.proc_tree import descendants, process_start_time
 
+SWEEP_EVERY = 256  # agent starts between two sweeps of the roots of every session
 ANCESTRY_LIMIT = 64  # parents walked up from a caller before giving up (no tree is deeper)
 
 
@@ -35,10 +36,18 @@ class AgentTrees:
     def __init__(self) -> None:
         self._roots: dict[str, set[tuple[int, int]]] = {}
         self._lock = threading.Lock()
+        self._binds = 0
 
     def bind(self, session_id: str, root_pid: int, root_start: int) -> None:
         with self._lock:
             self._roots.setdefault(session_id, set()).add((root_pid, root_start))
+            self._binds += 1
+            sweep = self._binds % SWEEP_EVERY == 0
+        if sweep:  # sessions that ended are never looked up again: drop their dead roots
+            with self._lock:
+                sessions = list(self._roots)
+            for session in sessions:
+                self.roots(session)
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -223,3 +223,21 @@ def test_an_endpoint_that_cannot_start_refuses_connections_and_says_why(
         outcome = cp.wait(spawned.command.id, 60)
         assert outcome.ok and "mcp: failed:" in outcome.text
     assert any("did not start" in r.getMessage() for r in caplog.records)
+
+
+def test_the_agent_trees_of_ended_sessions_are_dropped(tmp_path: Path) -> None:
+    """A long-running control plane binds a tree per agent start: the dead ones go."""
+    import subprocess
+    import sys
+
+    from control_plane.subagents.peers import SWEEP_EVERY, AgentTrees
+
+    trees = AgentTrees()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    trees.bind("ended", gone.pid, 1)  # a start time no live process has
+    me = _start_time(os.getpid())
+    for n in range(SWEEP_EVERY - 1):
+        trees.bind(f"live-{n % 3}", os.getpid(), me)
+    assert trees.roots("live-0") == [os.getpid()]
+    assert "ended" not in trees._roots
