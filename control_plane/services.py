@@ -70,6 +70,14 @@ class FrontEndServices:
         if self._bridge is not None and self._bridge.http is not None:
             self._bridge.http.warm()
 
+    def expect_http_tools_for(self, command: tuple[str, ...] | list[str]) -> None:
+        """``expect_http_tools`` when the store knows the agent ``command`` speaks HTTP MCP
+        (its recorded ``initialize`` answer says so); nothing for an agent never started."""
+        answer = self.agent_capabilities(command) or {}
+        capabilities = answer.get("agentCapabilities") or {}
+        if (capabilities.get("mcpCapabilities") or {}).get("http"):
+            self.expect_http_tools()
+
     @property
     def store_location(self) -> StoreLocation:
         return self._store.location

@@ -100,6 +100,9 @@ class BatchRun:
         """Spawn every task (idempotent by key: a task already in the store is found, not
         spawned again; one whose prompt, cwd or agent changed since is an
         ``IdempotencyConflict`` naming its key)."""
+        # Agents known to speak HTTP MCP wait for the subagent tools at session/new (Claude
+        # Code does): load the endpoint now, beside their start, not at their first connect.
+        self.cp.expect_http_tools_for(self.options.agent.command)
         for task in self.tasks:
             generation, existing = self._latest(task)
             if existing is not None:

@@ -89,7 +89,7 @@ PINNED_CONTROL_PLANE = [
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
     *("latest_event", "live_sessions", "watch_command"),
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
-    *("start_agent_on_loop", "expect_http_tools"),
+    *("start_agent_on_loop", "expect_http_tools", "expect_http_tools_for"),
     *(
         "settings",
         "nodes",
