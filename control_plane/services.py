@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+def advertises_http_mcp(initialize_answer: dict[str, Any] | None) -> bool:
+    """Whether an agent's ``initialize`` answer (as JSON) says it speaks HTTP MCP."""
+    capabilities = (initialize_answer or {}).get("agentCapabilities") or {}
+    return bool((capabilities.get("mcpCapabilities") or {}).get("http"))
+
+
 @dataclass(frozen=True)
 class RuntimeLevels:
     """What is true right now, for a metrics scrape (``control_plane/metrics.py``)."""
@@ -73,9 +79,7 @@ class FrontEndServices:
     def expect_http_tools_for(self, command: tuple[str, ...] | list[str]) -> None:
         """``expect_http_tools`` when the store knows the agent ``command`` speaks HTTP MCP
         (its recorded ``initialize`` answer says so); nothing for an agent never started."""
-        answer = self.agent_capabilities(command) or {}
-        capabilities = answer.get("agentCapabilities") or {}
-        if (capabilities.get("mcpCapabilities") or {}).get("http"):
+        if advertises_http_mcp(self.agent_capabilities(command)):
             self.expect_http_tools()
 
     @property

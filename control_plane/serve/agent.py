@@ -48,6 +48,7 @@ from control_plane.serve.feed import TurnFeed
 from control_plane.serve.prompt_answer import prompt_response
 from control_plane.serve.turn_stream import stream_turn
 from control_plane.serve.watch import SessionWatches, SetupEvent
+from control_plane.services import advertises_http_mcp
 from protocol.face.replay import conversation_updates, current_setup
 from protocol.face.rpc_errors import agent_refused, to_request_error, turn_failed
 from state_machines import CommandState, ControlPlaneError, SessionNotFound
@@ -104,7 +105,7 @@ class ServeAgent:
         if self.backend_init is None:
             self.backend_init = await asyncio.to_thread(self.backend.initialize)
         caps = self.backend_init.get("agentCapabilities") or {}
-        if (caps.get("mcpCapabilities") or {}).get("http"):
+        if advertises_http_mcp(self.backend_init):
             # Its first session/new will connect to the subagent tools: load them now.
             self.cp.expect_http_tools()
         prompt_caps = PromptCapabilities.model_validate(caps.get("promptCapabilities") or {})

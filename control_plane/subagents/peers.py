@@ -22,7 +22,7 @@ import socket
 import struct
 import threading
 
-from protocol.agent.proc_tree import descendants, process_start_time
+from protocol.agent.proc_tree import descendants, parent_pid, process_start_time
 
 SWEEP_EVERY = 256  # agent starts between two sweeps of the roots of every session
 ANCESTRY_LIMIT = 64  # parents walked up from a caller before giving up (no tree is deeper)
@@ -48,10 +48,6 @@ class AgentTrees:
                 sessions = list(self._roots)
             for session in sessions:
                 self.roots(session)
-
-    def forget(self, session_id: str) -> None:
-        with self._lock:
-            self._roots.pop(session_id, None)
 
     def roots(self, session_id: str) -> list[int]:
         """The session's live root pids ([] when none was bound here or all are gone)."""
@@ -88,20 +84,11 @@ def is_below(pid: int, root: int) -> bool:
             return True
         if pid <= 1:
             return False
-        parent = _parent(pid)
+        parent = parent_pid(pid)
         if parent is None:
             return False
         pid = parent
     return False
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return None
-    return int(raw[raw.rfind(b")") + 2 :].split()[1])
 
 
 def unix_peer_pid(sock: socket.socket) -> int | None:

@@ -56,6 +56,12 @@ def process_start_time(pid: int) -> int | None:
     return None if st is None else st.start
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid`` (field 4 of /proc/PID/stat), or None if it is gone."""
+    st = _stat(pid) if pid > 0 else None
+    return None if st is None else st.ppid
+
+
 def _alive(pid: int, start: int) -> bool:
     st = _stat(pid)
     return st is not None and st.start == start and st.state != "Z"

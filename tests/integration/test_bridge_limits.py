@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -25,11 +24,11 @@ import pytest
 
 from control_plane.subagents import rules
 from control_plane.subagents.wire import call_bridge
-from protocol.agent.proc_tree import process_start_time
 from protocol.example_agent import mcp as example_agent_mcp
 from state_machines import SessionState
 from tests.conftest import eventually
 from tests.support.cp_harness import noop_agent, open_cp
+from tests.support.subagent_callers import act_as
 
 
 class _Ask(Protocol):
@@ -50,12 +49,6 @@ def _asker(cp: Any) -> _Ask:
         return call_bridge(bridge.path, request, timeout=timeout)
 
     return ask
-
-
-def act_as(bridge: Any, session: str) -> None:
-    start = process_start_time(os.getpid())
-    assert start is not None
-    bridge.trees.bind(session, os.getpid(), start)
 
 
 @pytest.mark.timeout(90)

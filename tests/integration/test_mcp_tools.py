@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from control_plane.subagents.wire import call_bridge
+from protocol.agent.proc_tree import process_start_time
 from state_machines import SessionState
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
+from tests.support.subagent_callers import act_as, post_initialize
 
 
 # The stdio transport's own behaviour (who may call, refusals) stays in the default run
@@ -135,96 +135,13 @@ def test_a_process_outside_every_agent_tree_is_refused_on_both_transports(
         sid = session.session.id
         answer = call_bridge(bridge.path, {"session": sid, "op": "list_subagents", "args": {}})
         assert answer == {"ok": False, "error": f"refused: the caller is not session {sid}'s agent"}
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "outsider", "version": "0"},
-            },
-        }
-        request = urllib.request.Request(
-            bridge.http.url_for(sid),
-            data=json.dumps(initialize).encode(),
-            headers={
-                "content-type": "application/json",
-                "accept": "application/json, text/event-stream",
-            },
-        )
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=30)
-        assert refused.value.code == 403
+        url = bridge.http.url_for(sid)
+        status, _ = post_initialize(url, "outsider")
+        assert status == 403
         # The same request from a process that *is* below the session's agent: served.
-        bridge.trees.bind(sid, os.getpid(), _start_time(os.getpid()))
-        with urllib.request.urlopen(request, timeout=30) as served:
-            assert served.status == 200 and b"acp-control-plane" in served.read()
-
-
-def _start_time(pid: int) -> int:
-    from protocol.agent.proc_tree import process_start_time
-
-    start = process_start_time(pid)
-    assert start is not None
-    return start
-
-
-@pytest.mark.timeout(60)
-def test_a_second_process_on_the_store_leaves_the_first_ones_bridge(
-    tmp_path: Path,
-    db: str,
-) -> None:
-    import subprocess
-    import sys
-
-    with open_cp(tmp_path, db=db) as cp:
-        session = cp.spawn(example_agent(tmp_path), tmp_path).session.id
-        other = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys, time\n"
-                "from control_plane import ControlPlane\n"
-                "cp = ControlPlane.open(sys.argv[1])\n"
-                "print('open', flush=True)\n"
-                "time.sleep(30)\n",
-                db,
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert other.stdout is not None and other.stdout.readline().strip() == "open"
-            for transport in ("http", "stdio"):
-                flags = () if transport == "http" else ("--no-http-mcp",)
-                cp.spawn(example_agent(tmp_path, *flags), tmp_path, parent=session, announce=False)
-            listed = cp.wait(cp.prompt(session, "#list-subagents").id, 60)
-            assert listed.ok and listed.text.count('"state"') == 2  # the first's tools still work
-        finally:
-            other.kill()
-            other.wait(10)
-
-
-def test_an_endpoint_that_cannot_start_refuses_connections_and_says_why(
-    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The MCP server side cannot be loaded (a broken install): agents that connect are
-    refused at once (no wait in the listen backlog for a server that will not come), and the
-    log says why."""
-    from control_plane.subagents import http_tools
-
-    def broken() -> None:
-        raise ImportError("No module named 'mcp.server.lowlevel' (a broken install)")
-
-    monkeypatch.setattr(http_tools, "_import_server_modules", broken)
-    caplog.set_level(logging.ERROR, logger="control_plane.subagents.http_tools")
-    with open_cp(tmp_path, db=db) as cp:
-        spawned = cp.spawn(example_agent(tmp_path), tmp_path, "#list-subagents")
-        assert spawned.command is not None
-        outcome = cp.wait(spawned.command.id, 60)
-        assert outcome.ok and "mcp: failed:" in outcome.text
-    assert any("did not start" in r.getMessage() for r in caplog.records)
+        act_as(bridge, sid)
+        status, body = post_initialize(url, "outsider")
+        assert status == 200 and b"acp-control-plane" in body
 
 
 def test_the_agent_trees_of_ended_sessions_are_dropped(tmp_path: Path) -> None:
@@ -238,7 +155,8 @@ def test_the_agent_trees_of_ended_sessions_are_dropped(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     trees.bind("ended", gone.pid, 1)  # a start time no live process has
-    me = _start_time(os.getpid())
+    me = process_start_time(os.getpid())
+    assert me is not None
     for n in range(SWEEP_EVERY - 1):
         trees.bind(f"live-{n % 3}", os.getpid(), me)
     assert trees.roots("live-0") == [os.getpid()]

@@ -20,6 +20,10 @@ from acp import PROTOCOL_VERSION, Client, spawn_agent_process, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
+from actors.agent_profiles import AgentProfile, AgentProfiles
+from actors.settings import RuntimeSettings
+from protocol.agent.permissions import Decision, PermissionPolicy
+from store import AgentSpec
 from tests.support.direct_sql import is_postgres
 from tests.support.store_contents import stored_bytes
 
@@ -200,6 +204,30 @@ async def prompt(conn: ClientSideConnection, session_id: str, text: str, timeout
     return await asyncio.wait_for(
         conn.prompt(session_id=session_id, prompt=[text_block(text)]), timeout
     )
+
+
+# -- a control plane in the test's own process -------------------------------------------------
+
+
+def in_process(
+    name: str, launch: AgentLaunch, log_dir: Path, sessions_per_process: int = 1, **settings: Any
+) -> tuple[RuntimeSettings, AgentSpec]:
+    """Settings and an agent spec for ``ControlPlane.open`` in the test process with a real
+    agent: permissions allowed, the agent's environment in its profile (fs off for Gemini
+    CLI, which cannot create files through a client's fs), short sweeps and shutdowns; more
+    ``RuntimeSettings`` fields as keywords."""
+    profile = AgentProfile(
+        env=dict(launch.env), fs=name != "gemini", sessions_per_process=sessions_per_process
+    )
+    runtime = RuntimeSettings(
+        permission_policy=PermissionPolicy(Decision.ALLOW),
+        sweep_interval_s=0.2,
+        agent_shutdown_timeout_s=2,
+        agent_profiles=AgentProfiles({name: profile}),
+        log_dir=str(log_dir),
+        **settings,
+    )
+    return runtime, AgentSpec(name, tuple(launch.argv), env=tuple(launch.env.items()))
 
 
 # -- processes -------------------------------------------------------------------------------

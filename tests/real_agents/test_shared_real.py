@@ -10,16 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from actors.agent_profiles import AgentProfile, AgentProfiles
-from actors.settings import RuntimeSettings
 from control_plane import ControlPlane
-from protocol.agent.permissions import Decision, PermissionPolicy
 from state_machines import CommandState
 from state_machines.event_kinds import EventKind
-from store import AgentSpec
 from tests.support.cp_harness import message_chunks
 
 from .conftest import RealAgent
+from .cp_helpers import in_process
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -35,20 +32,13 @@ def _pids(cp: ControlPlane, session_id: str) -> list[int]:
 
 
 def test_three_sessions_share_one_real_agent_process(real_agent: RealAgent, tmp_path: Path) -> None:
-    profile = AgentProfile(
-        env=dict(real_agent.launch.env), fs=real_agent.name != "gemini", sessions_per_process=3
-    )
-    settings = RuntimeSettings(
-        permission_policy=PermissionPolicy(Decision.ALLOW),
+    settings, spec = in_process(
+        real_agent.name,
+        real_agent.launch,
+        tmp_path / "agent-logs",
+        sessions_per_process=3,
         turn_timeout_s=90,
-        sweep_interval_s=0.2,
-        agent_shutdown_timeout_s=2,
         max_running_turns=4,
-        agent_profiles=AgentProfiles({real_agent.name: profile}),
-        log_dir=str(tmp_path / "agent-logs"),
-    )
-    spec = AgentSpec(
-        real_agent.name, tuple(real_agent.launch.argv), env=tuple(real_agent.launch.env.items())
     )
     cwd = str(real_agent.cwd)
     with ControlPlane.open(tmp_path / "cp.db", settings=settings, subagent_tools=False) as cp:

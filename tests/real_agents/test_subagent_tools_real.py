@@ -7,24 +7,19 @@ in ``/proc`` (command lines, environments) lets another process use them."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
 
-from actors.agent_profiles import AgentProfile, AgentProfiles
-from actors.settings import RuntimeSettings
 from control_plane import ControlPlane
-from protocol.agent.permissions import Decision, PermissionPolicy
 from state_machines import CommandState
-from store import AgentSpec
 from tests.conftest import eventually
+from tests.support.subagent_callers import post_initialize
 
 from .conftest import RealAgent
+from .cp_helpers import cmdline, environ, in_process, live_pids
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -37,19 +32,11 @@ def _calls(transport: str, outcome: str) -> float:
 
 
 def _proc_strings() -> dict[int, str]:
-    """Every process's command line and environment, as one string per pid."""
+    """Every other live process's command line and environment, as one string per pid."""
     seen: dict[int, str] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        parts = []
-        for what in ("cmdline", "environ"):
-            try:
-                with open(f"/proc/{name}/{what}", "rb") as fh:
-                    parts.append(fh.read().replace(b"\0", b" ").decode(errors="replace"))
-            except OSError:
-                continue
-        seen[int(name)] = " ".join(parts)
+    for pid in live_pids():
+        shown = " ".join(cmdline(pid)) + " " + " ".join((environ(pid) or {}).values())
+        seen[pid] = shown
     return seen
 
 
@@ -63,46 +50,11 @@ def _tools(body: object) -> list[dict[str, object]]:
     return found
 
 
-def _initialize(url: str) -> int:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "replay", "version": "0"},
-        },
-    }
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(body).encode(),
-        headers={
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as refused:
-        return int(refused.code)
-
-
 def test_a_real_agent_spawns_a_subagent_through_the_http_tools(
     real_agent: RealAgent, tmp_path: Path
 ) -> None:
-    profile = AgentProfile(env=dict(real_agent.launch.env), fs=real_agent.name != "gemini")
-    settings = RuntimeSettings(
-        permission_policy=PermissionPolicy(Decision.ALLOW),
-        turn_timeout_s=120,
-        sweep_interval_s=0.2,
-        agent_shutdown_timeout_s=2,
-        agent_profiles=AgentProfiles({real_agent.name: profile}),
-        log_dir=str(tmp_path / "agent-logs"),
-    )
-    spec = AgentSpec(
-        real_agent.name, tuple(real_agent.launch.argv), env=tuple(real_agent.launch.env.items())
+    settings, spec = in_process(
+        real_agent.name, real_agent.launch, tmp_path / "agent-logs", turn_timeout_s=120
     )
     http_ok, stdio_calls = _calls("http", "ok"), _calls("stdio", "ok") + _calls("stdio", "error")
     task = json.dumps({"task": "SAY the child says hello"})
@@ -136,5 +88,5 @@ def test_a_real_agent_spawns_a_subagent_through_the_http_tools(
         urls = {url for text in shown.values() for url in pattern.findall(text)}
         urls.add(bridge.http.url_for(parent.session.id))
         for url in sorted(urls):
-            assert _initialize(url) == 403, url
+            assert post_initialize(url, "replay")[0] == 403, url
     assert _calls("stdio", "ok") + _calls("stdio", "error") == stdio_calls
