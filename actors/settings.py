@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from actors.client_mcp import ClientMcpServers
 from protocol.agent.client import FsForward, FsLimits
 from protocol.agent.permissions import AskCallback, Decision, PermissionPolicy
 from protocol.agent.prestart import PrestartPool
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 from store import SubagentLimits
 from store.ops.budgets import BudgetDefaults
 
@@ -79,6 +80,14 @@ class RuntimeSettings:
     # Per agent name: environment values, passthrough, fs and terminal options, resolved at
     # every launch (never stored; see actors/agent_profiles.py).
     agent_profiles: AgentProfiles = field(default_factory=AgentProfiles)
+    # The configuration's ``[agents.NAME]`` sections: names a spawn resolves before the
+    # registry (control_plane/agents/resolve.py); values are AgentConfig models.
+    configured_agents: Mapping[str, Any] = field(default_factory=dict)
+    # What a turn a crash or Ctrl-C cut off gets when its session is restored, unless the
+    # session's metadata says (serve's "report"): "continue" or "report"
+    # (store/ops/interrupted.py), and the prompt a continued turn is sent.
+    interrupted_turns: str = "continue"
+    continuation_prompt: str = DEFAULT_CONTINUATION
     max_frame_bytes: int = 16 * 1024 * 1024
     # The least time between two writes of a session's agent output: updates arriving
     # meanwhile are committed together (one fsync, one wake-up of each watcher). Adds at most

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actors.settings import RuntimeSettings
-    from control_plane.agents import AgentCommandError
+    from control_plane.agents import AgentCommandError, AgentNotInstalled, UnknownAgent
     from control_plane.api import ControlPlane
     from control_plane.async_api import AsyncControlPlane
     from control_plane.outcome import Outcome
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentCommandError",
     "AgentExited",
+    "AgentNotInstalled",
     "AgentProtocolError",
     "AgentSpec",
     "AgentStartFailed",
@@ -107,12 +108,15 @@ __all__ = [
     "StoreOptions",
     "StoreUnavailable",
     "Synchronous",
+    "UnknownAgent",
 ]
 
 # Where each public name lives; kept in step with the TYPE_CHECKING imports above.
 _SOURCES: dict[str, str] = {
     "RuntimeSettings": "actors.settings",
     "AgentCommandError": "control_plane.agents",
+    "AgentNotInstalled": "control_plane.agents",
+    "UnknownAgent": "control_plane.agents",
     "SchemaTooNew": "store.migrate",
     "Budget": "store.usage",
     "Placement": "store.placement",

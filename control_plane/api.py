@@ -19,7 +19,7 @@ from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
-from control_plane.agents import agent_from_command
+from control_plane.agents import resolve_agent
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.outcome import Outcome
@@ -127,6 +127,14 @@ class ControlPlane(FrontEndServices):
 
     # -- sessions ------------------------------------------------------------------------
 
+    def resolve_agent(self, agent: AgentInput) -> AgentSpec:
+        """A spec as given, else a name resolved as ``--agent`` is: the configuration's
+        ``[agents.NAME]``, ``example``, a registry name (``claude``, ``codex``, ``gemini``...),
+        else a command line (``UnknownAgent`` for a word that is none of them)."""
+        if isinstance(agent, AgentSpec):
+            return agent
+        return resolve_agent(agent, self.settings.configured_agents).spec
+
     def spawn(
         self,
         agent: AgentInput,
@@ -168,7 +176,7 @@ class ControlPlane(FrontEndServices):
         ``placement`` says which nodes of a shared store may run it (``Placement(node=...)``
         or ``Placement(labels=(...))``; default any, or the parent's for a child).
         """
-        spec = agent if isinstance(agent, AgentSpec) else agent_from_command(agent)
+        spec = self.resolve_agent(agent)
         # Values the host handed in are kept in memory for this process's launches only.
         self.settings.agent_profiles.remember(spec)
         sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]

@@ -8,6 +8,9 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     synchronous = "FULL"              # or "NORMAL"
     queue_mode = "followup"           # collect | steer | interrupt
     log_format = "text"               # or "json": one object per line on stderr
+    interrupted_turns = "continue"    # or "report": a turn a crash or Ctrl-C cut off, when
+                                      # the agent kept the conversation (docs/operations.md)
+    continuation_prompt = "..."       # what a continued turn is sent (default: built in)
 
     [limits]
     max_running_turns = 16
@@ -78,6 +81,7 @@ from control_plane.config_sections import (
     _Strict,
 )
 from state_machines import QueueMode
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
     from actors.agent_profiles import AgentProfiles
@@ -109,6 +113,11 @@ class Config(_Strict):
     queue_mode: QueueMode = QueueMode.FOLLOWUP
     terminals: bool = False
     log_format: Literal["text", "json"] = "text"  # json: one object per line (logs.py)
+    # A turn a crash or Ctrl-C cut off, when the restarted agent kept the conversation:
+    # "continue" sends the continuation prompt, "report" ends it interrupted (serve's
+    # sessions always report: an editor shows them). store/ops/interrupted.py.
+    interrupted_turns: Literal["continue", "report"] = "continue"
+    continuation_prompt: str = Field(DEFAULT_CONTINUATION, min_length=1)
     limits: Limits = Field(default_factory=lambda: Limits())
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     permissions: Permissions = Field(default_factory=Permissions)
@@ -174,7 +183,10 @@ class Config(_Strict):
                 self.permissions.default, dict(self.permissions.by_kind)
             ),
             "terminals_enabled": self.terminals,
+            "interrupted_turns": self.interrupted_turns,
+            "continuation_prompt": self.continuation_prompt,
             "agent_profiles": self.agent_profiles(),
+            "configured_agents": dict(self.agents),
             "fs_limits": FsLimits(self.limits.fs_max_bytes, self.timeouts.fs_s),
             "max_live_agents": self.limits.max_live_agents,
             "node_name": self.node.name,
@@ -214,20 +226,17 @@ class Config(_Strict):
         )
 
     def agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None]:
-        """An agent by configured name, ``example`` for the bundled one, or a command line.
-        Returns the spec and the agent's configured cwd (if any)."""
-        from control_plane.agents import EXAMPLE_AGENT, agent_from_command
-        from store import AgentSpec
+        """An agent by configured name, ``example``, registry name, or command line
+        (``control_plane/agents/resolve.py``). Returns the spec and the agent's configured
+        cwd (if any)."""
+        return self.resolve_agent(name_or_command)[:2]
 
-        if name_or_command is None or name_or_command in ("example", "example-agent"):
-            return EXAMPLE_AGENT, None
-        configured = self.agents.get(name_or_command)
-        if configured is None:
-            return agent_from_command(name_or_command), None
-        spec = agent_from_command(configured.command, name=name_or_command)
-        spec = AgentSpec(spec.name, spec.command, env=tuple(sorted(configured.env.items())))
-        cwd = None if configured.cwd is None else os.path.expanduser(configured.cwd)
-        return spec, cwd
+    def resolve_agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None, str]:
+        """``agent`` and where the name was found (config, bundled, registry, command)."""
+        from control_plane.agents import resolve_agent
+
+        resolved = resolve_agent(name_or_command, self.agents)
+        return resolved.spec, resolved.cwd, resolved.source
 
 
 ENV_MAP: dict[str, tuple[str, ...]] = {
@@ -242,6 +251,7 @@ ENV_MAP: dict[str, tuple[str, ...]] = {
     "ACPCTL_PASSIVATE_AFTER": ("timeouts", "passivate_after_s"),
     "ACPCTL_PERMISSION": ("permissions", "default"),
     "ACPCTL_LOG_FORMAT": ("log_format",),
+    "ACPCTL_INTERRUPTED_TURNS": ("interrupted_turns",),
     "ACPCTL_NODE_NAME": ("node", "name"),
     "ACPCTL_NODE_LEASE": ("node", "lease_s"),
 }

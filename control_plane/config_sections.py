@@ -124,7 +124,9 @@ class NodeConfig(_Strict):
 
 
 class AgentConfig(_Strict):
-    command: str | list[str]
+    # Unset for a registry agent (``[agents.claude]``): the registry's command, with the
+    # env, passthrough, cwd... given here (docs/agents/README.md).
+    command: str | list[str] | None = None
     # Values reach the agent at each launch and are never stored (the store keeps names).
     env: dict[str, str] = Field(default_factory=dict, repr=False)
     passthrough: list[str] = Field(default_factory=list)
@@ -138,7 +140,9 @@ class AgentConfig(_Strict):
 
     @field_validator("command")
     @classmethod
-    def _not_empty(cls, value: str | list[str]) -> str | list[str]:
+    def _not_empty(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is None:
+            return None
         if not value or (isinstance(value, str) and not value.strip()):
             raise ValueError("must not be empty")
         return value

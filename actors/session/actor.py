@@ -52,6 +52,7 @@ from state_machines import (
 from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, ops
 from store.ops import turns
+from store.ops.interrupted import KEPT_NOTHING, RestartTerms
 from store.ownership import this_owner
 from store.writer import WriteContext
 
@@ -81,9 +82,9 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         deps.halts[self.actor_urn] = self.halt
         self.offer = ActorOffer(deps.offers, session_id, self.halt)  # idle: claim with enqueue
         self.stop_asked = False  # this actor asked itself to stop: it offers nothing more
-        # The live agent was restored with its conversation (resumed or loaded): a prompt a
-        # crash interrupted is in it already and must not be sent again.
-        self.context_kept = False
+        # Whether the live agent was restored with its conversation (resumed or loaded), and
+        # what a prompt a crash or Ctrl-C cut off then gets (store/ops/interrupted.py).
+        self.restart = KEPT_NOTHING
 
     # -- lifecycle (actor thread) --------------------------------------------------------
 
@@ -215,7 +216,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         cap = self.deps.settings.max_running_children if parent_id else None
         claimed = self._write(
             lambda ctx: turns.begin_next(
-                ctx, self.session_id, self.epoch, collect, cap, self.context_kept
+                ctx, self.session_id, self.epoch, collect, cap, self.restart
             )
         )
         if not claimed:
@@ -259,7 +260,12 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             )
             return False
         self.conn = started.conn
-        self.context_kept = started.how in ("resumed", "loaded")
+        settings = self.deps.settings
+        self.restart = RestartTerms(
+            started.how in ("resumed", "loaded"),
+            settings.interrupted_turns,
+            settings.continuation_prompt,
+        )
         self._write(
             lambda ctx: turns.agent_started(
                 ctx,

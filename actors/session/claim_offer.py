@@ -36,6 +36,7 @@ from state_machines import CommandState
 from state_machines.claim_offer import OFFER_MACHINE, OfferEvent, OfferState
 from store import CommandRecord
 from store.ops import turns
+from store.ops.interrupted import RestartTerms
 from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class ClaimTerms:
     epoch: int
     collect: bool
     max_running_children: int | None
-    context_kept: bool
+    restart: RestartTerms
 
 
 class ClaimOffer:
@@ -193,7 +194,7 @@ class PromptClaim:
                 terms.epoch,
                 terms.collect,
                 terms.max_running_children,
-                terms.context_kept,
+                terms.restart,
             )
         )
         if not ok:  # the enqueue stands; the actor claims as after any enqueue

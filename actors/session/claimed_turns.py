@@ -15,6 +15,7 @@ from protocol.agent.connection import AgentConnection
 from state_machines import ControlPlaneError
 from store import CommandKind, CommandRecord, SessionRecord
 from store.ops import turns
+from store.ops.interrupted import RestartTerms
 from store.writer import WriteContext
 
 T = TypeVar("T")
@@ -30,7 +31,7 @@ class ClaimedTurns:
     turn: tuple[str, ...] | None
     closing: bool
     stop_asked: bool
-    context_kept: bool
+    restart: RestartTerms
     offer: ActorOffer
 
     # ... and the SessionActor methods it calls.
@@ -61,7 +62,7 @@ class ClaimedTurns:
             return
         cap = self.deps.settings.max_running_children if self.facts.parent_id else None
         collect = self.facts.queue_mode == "collect"
-        self.offer.publish(ClaimTerms(self.epoch, collect, cap, self.context_kept))
+        self.offer.publish(ClaimTerms(self.epoch, collect, cap, self.restart))
 
     def _settle_offer(self) -> bool:
         """Before any message: close the offer; start what a prompt's write claimed with it.

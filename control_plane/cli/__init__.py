@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from control_plane.cli import agents as cli_agents
 from control_plane.cli import batch as cli_batch
 from control_plane.cli import sessions as cli_sessions
 from control_plane.cli import tokens as cli_tokens
@@ -67,6 +68,7 @@ config_app = typer.Typer(help="Show the effective configuration.", no_args_is_he
 app.add_typer(cli_sessions.app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_tokens.app, name="tokens")
+app.add_typer(cli_agents.app, name="agents")
 
 
 class LogFormat(StrEnum):

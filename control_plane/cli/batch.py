@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -38,7 +39,7 @@ from control_plane.cli.common import (
 
 if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
     from control_plane.api import ControlPlane
-    from control_plane.batch.run import Counts
+    from control_plane.batch.run import BatchRun, Counts
     from control_plane.batch.tasks import Task
     from control_plane.config import Config
 
@@ -69,6 +70,12 @@ def serving_metrics(
 # run again by ``--retry-failed``. Interactive sessions keep a process each (config
 # ``limits.sessions_per_agent``), where one session's crash must not end another's turn.
 BATCH_SESSIONS_PER_AGENT = 8
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+class Interrupted(StrEnum):
+    CONTINUE = "continue"
+    REPORT = "report"
 
 
 def _sessions_per_agent(flag: int | None, config: Config) -> int:
@@ -101,6 +108,7 @@ def run_batch(
     budget_cost: float | None = None,
     metrics: str | None = None,
     sessions_per_agent: int | None = None,
+    interrupted: Interrupted | None = None,
 ) -> int:
     from control_plane.batch.tasks import read_tasks
     from control_plane.metrics import parse_address
@@ -113,6 +121,7 @@ def run_batch(
     tasks_file = existing_file(tasks_file)
     tasks = read_tasks(tasks_file)  # every invalid line reported before anything runs
     config = ctx.config()
+    policy = interrupted.value if interrupted is not None else config.interrupted_turns
     spec, agent_cwd = config.agent(agent)
     _check_task_agents(tasks_file, tasks, config)
     default_cwd = agent_cwd or os.getcwd()
@@ -157,6 +166,7 @@ def run_batch(
             max_running_turns=jobs,
             sessions_per_agent=_sessions_per_agent(sessions_per_agent, config),
             prestarted=prestarted,
+            interrupted_turns=policy,
         ) as cp,
         serving_metrics(cp, metrics_at, quiet=json_out),
     ):
@@ -168,37 +178,20 @@ def run_batch(
                 f"resuming batch {options.batch_id}: "
                 f"{batch.resumed} of {total} tasks already submitted"
             )
-        if sys.stderr.isatty() and not json_out:
-            progress = Progress(
-                TextColumn("[bold]batch[/]"),
-                BarColumn(),
-                TaskProgressColumn(),
-                TextColumn("{task.fields[line]}"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-                console=err,
-            )
-            bar = progress.add_task("batch", total=total, line="")
-            with Live(progress, console=err, refresh_per_second=8):
-                counts = batch.run(
-                    lambda c: progress.update(
-                        bar, completed=c.finished, line=_progress_line(c, total)
-                    )
-                )
+        cut_off: Counts | None = None
+        try:
+            counts = _run_with_progress(batch, total, json_out)
+        except KeyboardInterrupt:
+            # Read while the store is open; said once the actors have stopped (each turn
+            # cut off is spared its attempt on the way: ops.spare_attempts).
+            cut_off = batch.counts()
         else:
-            last = [""]
-
-            def report(c: Counts) -> None:
-                line = _progress_line(c, total)
-                if line != last[0] and not json_out:
-                    err.print(line, highlight=False)
-                    last[0] = line
-
-            counts = batch.run(report)
-        rows = batch.result_rows()
-        usage = batch.usage()
-        reached = batch.budget_reached
+            rows = batch.result_rows()
+            usage = batch.usage()
+            reached = batch.budget_reached
+    if cut_off is not None:
+        err.print(next_run_after_interrupt(cut_off, total, policy), highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
     if json_out:
         print_json(
             {
@@ -236,13 +229,77 @@ def run_batch(
     return EXIT_FAILED if counts.failed else EXIT_OK
 
 
+def _run_with_progress(batch: BatchRun, total: int, json_out: bool) -> Counts:
+    """``batch.run`` with a progress bar on a terminal, else a line per change."""
+    if sys.stderr.isatty() and not json_out:
+        progress = Progress(
+            TextColumn("[bold]batch[/]"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[line]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=err,
+        )
+        bar = progress.add_task("batch", total=total, line="")
+        with Live(progress, console=err, refresh_per_second=8):
+            return batch.run(
+                lambda c: progress.update(bar, completed=c.finished, line=_progress_line(c, total))
+            )
+    last = [""]
+
+    def report(c: Counts) -> None:
+        line = _progress_line(c, total)
+        if line != last[0] and not json_out:
+            err.print(line, highlight=False)
+            last[0] = line
+
+    return batch.run(report)
+
+
+def next_run_after_interrupt(counts: Counts, total: int, policy: str) -> str:
+    """What Ctrl-C prints: what running the same command again will do, task by task."""
+    lines = ["interrupted; nothing is lost. The same command again:"]
+    if counts.done:
+        lines.append(f"  keeps the {counts.done} task(s) done (never run twice);")
+    if counts.failed:
+        lines.append(
+            f"  keeps the {counts.failed} failed task(s) as they are (--retry-failed runs "
+            "them again);"
+        )
+    if counts.running:
+        if policy == "continue":
+            what = (
+                "continues them: where the agent restores its conversation it is sent the "
+                "continuation prompt (continuation_prompt), where it lost the conversation "
+                "or never got the prompt, the prompt again"
+            )
+        else:
+            what = (
+                "reports those whose agent restores its conversation 'interrupted' (exit 1; "
+                "--interrupted continue would continue them) and sends the prompt again to "
+                "an agent that lost it"
+            )
+        lines.append(f"  {counts.running} task(s) cut off mid-turn: {what};")
+    if counts.queued:
+        lines.append(f"  runs the {counts.queued} task(s) not started yet;")
+    lines.append(f"  and writes one result line for each of the {total} tasks.")
+    return "\n".join(lines)
+
+
 def batch_command(
     typer_ctx: typer.Context,
     tasks_file: Annotated[
         Path, typer.Argument(help="JSONL: one {id, prompt, cwd?, agent?, timeout?} per line.")
     ],
     agent: Annotated[
-        str | None, typer.Option("--agent", help="Agent command, configured name, or 'example'.")
+        str | None,
+        typer.Option(
+            "--agent",
+            help="Agent name (claude, codex, gemini, example, any configured or registry "
+            "name; `acpctl agents list`) or a command line.",
+        ),
     ] = None,
     jobs: Annotated[
         int, typer.Option("-j", "--jobs", min=1, max=1024, help="Tasks running at once.")
@@ -275,6 +332,15 @@ def batch_command(
         str | None,
         typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
     ] = None,
+    interrupted: Annotated[
+        Interrupted | None,
+        typer.Option(
+            "--interrupted",
+            help="A task a crash or Ctrl-C cut off mid-turn, whose agent kept the "
+            "conversation: continue it with the continuation prompt, or report it "
+            "interrupted (default: interrupted_turns in the config, else continue).",
+        ),
+    ] = None,
     sessions_per_agent: Annotated[
         int | None,
         typer.Option(
@@ -289,7 +355,7 @@ def batch_command(
     """Run many prompts durably. Kill it at any moment and run the same command again: it
     resumes, never runs a completed task twice, and the results file lists every task once.
 
-    Example: acpctl batch tasks.jsonl --agent "npx @zed-industries/claude-code-acp" -j 8
+    Example: acpctl batch tasks.jsonl --agent claude -j 8
     """
     with errors_as_exit():
         code = run_batch(
@@ -306,6 +372,7 @@ def batch_command(
             budget_cost,
             metrics,
             sessions_per_agent,
+            interrupted,
         )
     raise typer.Exit(code)
 

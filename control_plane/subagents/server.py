@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import Counter
 
-from control_plane.agents import agent_from_command
 from control_plane.outcome import Outcome
 from control_plane.subagents.host import SubagentHost
 from control_plane.subagents.peers import AgentTrees, unix_peer_pid
@@ -297,7 +296,7 @@ class SubagentBridge:
         parent = self.cp.get(session_id)
         agent = parent.agent
         if args.get("agent"):
-            agent = agent_from_command(str(args["agent"]))
+            agent = self.cp.resolve_agent(str(args["agent"]))
         mode = str(args.get("mode") or "run")
         # The child's turns link to the parent turn that spawned it (protocol/tracing.py).
         traceparent = traceparent_of(session_id)

@@ -234,6 +234,12 @@ class _TranscriptBuilder:
                 )
             )
         self._turn = Turn(implicit=False)
+        if payload.get("continuation"):
+            # Sent in place of a prompt a crash or Ctrl-C cut off (store/ops/interrupted.py):
+            # said before the message, which is what the agent was sent.
+            self._emit_lifecycle(
+                "continuation", {k: v for k, v in payload.items() if k != "content"}
+            )
         content = prompt_content(payload.get("content"))
         self._emit_message({"role": "user", "content": content})
 

@@ -24,6 +24,13 @@ from store.ops._shared import (
     transition_command,
     transition_session,
 )
+from store.ops.interrupted import (
+    KEPT_NOTHING,
+    RestartTerms,
+    as_continuation,
+    reached_agent,
+    session_policy,
+)
 from store.records import CommandKind, CommandRecord, NewEvent
 from store.schema import sessions
 from store.writer import WriteContext
@@ -35,16 +42,16 @@ def begin_next(
     epoch: int,
     collect: bool,
     max_running_children: int | None = None,
-    context_kept: bool = False,
+    restart: RestartTerms = KEPT_NOTHING,
 ) -> list[CommandRecord]:
     """Claim the next command (with ``collect``: every queued prompt at the head of the queue,
     merged into one turn). A prompt moves the session to ``running`` and logs a ``prompt``.
     A child whose parent already has ``max_running_children`` running claims nothing (it
     stays queued; the single writer makes this check race-free).
 
-    ``context_kept``: the agent was restored with its conversation (resumed or loaded), so
-    a prompt a crash interrupted is already in it: such a prompt is not sent again but ends
-    ``interrupted`` (an ``interrupted`` event says so), and the next command is claimed."""
+    ``restart``: whether the agent was restored with its conversation (resumed or loaded)
+    and what a prompt a crash or Ctrl-C cut off then gets: continued with a continuation
+    prompt, or ended ``interrupted`` (``interrupted.py``)."""
     fencing.check_epoch(ctx.conn, session_id, epoch)
     if (
         max_running_children is not None
@@ -52,7 +59,7 @@ def begin_next(
     ):
         return []
     return _start_claimed(
-        ctx, session_id, epoch, commands.claim_next(ctx, session_id), collect, context_kept
+        ctx, session_id, epoch, commands.claim_next(ctx, session_id), collect, restart
     )
 
 
@@ -62,18 +69,25 @@ def _start_claimed(
     epoch: int,
     first: CommandRecord | None,
     collect: bool,
-    context_kept: bool,
+    restart: RestartTerms,
 ) -> list[CommandRecord]:
     """``begin_next`` once its first claim is made: past prompts already in a restored
-    conversation, the collected prompts, and a prompt's turn started."""
-    while first is not None and context_kept and _was_interrupted(first):
+    conversation (continued or reported), the collected prompts, and a prompt's turn
+    started."""
+    continued = False
+    while first is not None and restart.context_kept and _was_interrupted(first):
+        metadata = queries.get_session(ctx.conn, session_id).metadata
+        if session_policy(metadata, restart.policy) == "continue":
+            if reached_agent(ctx, first):
+                first, continued = as_continuation(first, restart.continuation), True
+            break  # else it never reached the agent: sent as it is
         _report_interrupted(ctx, first)
         first = commands.claim_next(ctx, session_id)
     if first is None:
         return []
     claimed = [first]
     if first.kind is CommandKind.PROMPT:
-        while collect:
+        while collect and not continued:
             following = queries.next_queued(ctx.conn, session_id)
             if following is None or following.kind is not CommandKind.PROMPT:
                 break
@@ -84,6 +98,9 @@ def _start_claimed(
         seq = start_turn_with_event(ctx.raw, session_id, epoch)
         content = [block for cmd in claimed for block in cmd.payload.get("content", [])]
         payload: dict[str, Any] = {"commandId": first.id, "content": content}
+        if continued:
+            payload["continuation"] = True
+            payload["attempt"] = first.attempts
         if len(claimed) > 1:
             payload["commandIds"] = [c.id for c in claimed]
         events.write_event(ctx, session_id, first.id, NewEvent(EventKind.PROMPT, payload), seq)
@@ -97,7 +114,7 @@ def claim_submitted(
     epoch: int,
     collect: bool,
     max_running_children: int | None = None,
-    context_kept: bool = False,
+    restart: RestartTerms = KEPT_NOTHING,
 ) -> list[CommandRecord]:
     """Claim the prompt ``command_id`` in the transaction that queued it, for the session's
     live idle owner (its actor's claim offer): ``begin_next`` as the actor would run it, but
@@ -117,7 +134,7 @@ def claim_submitted(
     if row is None:
         return []
     first = hot.command_from_tuple(row)
-    return _start_claimed(ctx, session_id, epoch, first, collect, context_kept)
+    return _start_claimed(ctx, session_id, epoch, first, collect, restart)
 
 
 def unclaim(

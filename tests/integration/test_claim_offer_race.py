@@ -35,6 +35,7 @@ from actors.slots import TurnSlots
 from state_machines import CommandState, SessionState
 from store import CommandRecord, Store, ops
 from store.ops import turns
+from store.ops.interrupted import KEPT_NOTHING
 from tests.conftest import AGENT
 
 # The PostgreSQL variants stay in the default run: the race is settled by
@@ -77,7 +78,7 @@ class ClaimRace(RuleBasedStateMachine):
 
     def _offer_if_idle(self) -> None:
         if self.turn is None:  # (a claimed offer stays the current one until settled)
-            self.actor.publish(ClaimTerms(self.epoch, False, None, False))
+            self.actor.publish(ClaimTerms(self.epoch, False, None, KEPT_NOTHING))
 
     def _count_claims(self, claimed: list[CommandRecord]) -> None:
         for command in claimed:

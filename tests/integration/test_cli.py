@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 import control_plane
 from control_plane.cli import app
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 from tests.support.direct_sql import is_postgres, query
 from tests.support.store_contents import nothing_stored
 
@@ -251,11 +252,10 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
     assert kills >= 3
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in results) == sorted(f"t{i}" for i in range(n))
-    # Every task finished: ok, or (cut off mid-turn by a kill, its agent resumed with the
-    # prompt in its conversation) interrupted and not sent again.
-    assert {r["status"] for r in results} <= {"ok", "interrupted"}, results
-    interrupted = [r["id"] for r in results if r["status"] == "interrupted"]
-    assert final.returncode == (1 if interrupted else 0), final.stderr[-2000:]
+    # Every task finished ok: one cut off mid-turn by a kill was continued (its agent
+    # resumed with the prompt in its conversation) or sent again (it never reached it).
+    assert {r["status"] for r in results} == {"ok"}, results
+    assert final.returncode == 0, final.stderr[-2000:]
 
     # No task ran again after it completed or was interrupted: a task's prompt reached the
     # agent once per attempt at most.
@@ -274,7 +274,7 @@ def test_batch_killed_repeatedly_finishes_every_task_exactly_once(tmp_path: Path
     runs, attempts = runs_and_attempts()
     for text, count in attempts.items():
         assert runs.get(text, 0) <= count, (text, runs.get(text), count)
-    # --retry-failed sends the interrupted ones again (a new session each) and finishes all.
+    # --retry-failed has nothing left to do: every task is ok.
     again = subprocess.run(
         [*cmd, "--retry-failed"], env=env, capture_output=True, text=True, timeout=180
     )
@@ -455,11 +455,16 @@ def test_ctrl_c_during_agent_start_loses_nothing_and_the_plain_rerun_finishes(
 
 
 @pytest.mark.timeout(180)
-def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path, db: str) -> None:
+@pytest.mark.parametrize("policy", ["continue", "report"])
+def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(
+    tmp_path: Path, db: str, policy: str
+) -> None:
     """With max_attempts=1, Ctrl-C while the turn runs: the stop costs no attempt (the
-    budget grows by one), so the plain rerun does not fail the task; the agent restored its
-    conversation with the prompt in it, so the prompt is not sent a second time: the task
-    ends ``interrupted``, and the agent received it exactly once."""
+    budget grows by one), so the plain rerun does not fail the task. The agent restored its
+    conversation with the prompt in it, so the prompt is never sent a second time: by
+    default the rerun continues the turn (the continuation prompt) and the task ends ok
+    (exit 0); with ``--interrupted report`` it ends ``interrupted`` (exit 1). What Ctrl-C
+    printed said which."""
     import signal
     import time
 
@@ -470,6 +475,8 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path,
     agent += f" --state-file {tmp_path / 'agent-state.json'}"
     cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "batch", str(tasks)]
     cmd += ["--agent", agent]
+    if policy == "report":
+        cmd += ["--interrupted", "report"]
     env = {**os.environ, "ACPCTL_MAX_ATTEMPTS": "1"}
 
     def streamed() -> int:
@@ -484,14 +491,26 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(tmp_path: Path,
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == 130, err[-2000:]
+    said = err.decode()
+    assert "1 task(s) cut off mid-turn" in said, said[-2000:]
+    assert ("continues them" in said) == (policy == "continue"), said[-2000:]
     rows = query(db, "select state, attempts, max_attempts from commands")
-    assert rows == [("running", 1, 2)], (rows, err[-2000:])
+    assert rows == [("running", 1, 2)], (rows, said[-2000:])
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
-    assert [r["status"] for r in results] == ["interrupted"], again.stderr[-2000:]
-    prompts = [json.loads(line) for line in received.read_text().splitlines()]
-    assert len(prompts) == 1  # never sent twice into the conversation the agent kept
+    prompts = [json.loads(line)["message"] for line in received.read_text().splitlines()]
+    assert prompts[0] == "long #chunks=100 #delay=50"
+    if policy == "continue":
+        assert [r["status"] for r in results] == ["ok"], again.stderr[-2000:]
+        assert again.returncode == 0
+        assert results[0]["attempts"] == 2
+        # never sent twice into the conversation the agent kept: continued instead
+        assert prompts[1:] == [DEFAULT_CONTINUATION]
+    else:
+        assert [r["status"] for r in results] == ["interrupted"], again.stderr[-2000:]
+        assert again.returncode == 1
+        assert len(prompts) == 1
 
 
 def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(

@@ -12,6 +12,7 @@ This test process is B, on the same store:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -248,14 +249,14 @@ def test_b_takes_over_after_a_is_killed_and_never_overlaps_it(tmp_path: Path, db
 def test_a_prompt_cut_short_is_not_sent_again_to_an_agent_that_resumed_with_it(
     tmp_path: Path, db: str
 ) -> None:
-    """The "retry" policy re-sends an interrupted prompt only to an agent that lost the
+    """The "report" policy: an interrupted prompt is re-sent only to an agent that lost the
     conversation; one that resumed it has the prompt already: the command ends
     ``interrupted``, the follow-up runs, and the agent never saw the prompt twice."""
     prompt = "#chunks=60 #delay=100 a"
     owned = _start_a(tmp_path, db, prompt)  # the example agent resumes sessions
     sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
     try:
-        with open_cp(tmp_path, db=db) as b:
+        with open_cp(tmp_path, db=db, interrupted_turns="report") as b:
             follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
             owned.a.kill()
             eventually(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")
@@ -276,5 +277,43 @@ def test_a_prompt_cut_short_is_not_sent_again_to_an_agent_that_resumed_with_it(
             ]
             seen = [i["message"] for i in invocations(tmp_path)]
             assert seen == [prompt, FOLLOW_UP]
+    finally:
+        owned.a.kill()
+
+
+def test_a_prompt_cut_short_is_continued_by_an_agent_that_resumed_with_it(
+    tmp_path: Path, db: str
+) -> None:
+    """The default, "continue": the agent that resumed the conversation (the prompt and
+    part of its answer in it) is sent the continuation prompt instead of the prompt; the
+    command completes with that turn, as its second attempt, and the log and the export
+    say it was a continuation."""
+    prompt = "#chunks=60 #delay=100 a"
+    continuation = "CONTINUE where you stopped"
+    owned = _start_a(tmp_path, db, prompt)
+    sid, first_id, a_agent = owned.session_id, owned.first_id, owned.agent_pid
+    try:
+        with open_cp(tmp_path, db=db, continuation_prompt=continuation) as b:
+            follow_up = b.prompt(sid, FOLLOW_UP, idempotency_key="from-b")
+            owned.a.kill()
+            eventually(lambda: not pid_alive(a_agent), 10, "A's agent gone with A")
+            first = b.wait(first_id, 60)
+            assert first.state is CommandState.COMPLETED, first.error
+            assert b.command(first_id).attempts == 2  # A's cut-off run, then the continuation
+            assert b.wait(follow_up.id, 60).state is CommandState.COMPLETED
+            events = b.events(sid)
+            prompts = [e for e in events if e.kind == "prompt"]
+            assert [e.command_id for e in prompts] == [first_id, first_id, follow_up.id]
+            assert prompts[1].payload["continuation"] is True
+            assert prompts[1].payload["content"] == [{"type": "text", "text": continuation}]
+            assert "continuation" not in prompts[0].payload
+            assert not [e for e in events if e.kind == "turn_interrupted"]
+            seen = [i["message"] for i in invocations(tmp_path)]
+            assert seen == [prompt, continuation, FOLLOW_UP]
+            exported = tmp_path / "export.jsonl"
+            b.export_jsonl(sid, exported)
+            lines = [json.loads(x) for x in exported.read_text().splitlines()]
+            marks = [x for x in lines if x.get("data", {}).get("event") == "continuation"]
+            assert len(marks) == 1 and marks[0]["data"]["commandId"] == first_id
     finally:
         owned.a.kill()

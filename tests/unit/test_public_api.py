@@ -24,6 +24,7 @@ from store.location import locate
 PINNED_ALL = [
     "AgentCommandError",
     "AgentExited",
+    "AgentNotInstalled",
     "AgentProtocolError",
     "AgentSpec",
     "AgentStartFailed",
@@ -67,6 +68,7 @@ PINNED_ALL = [
     "StoreOptions",
     "StoreUnavailable",
     "Synchronous",
+    "UnknownAgent",
 ]
 
 
@@ -84,7 +86,8 @@ def test_public_all_is_pinned() -> None:
 PINNED_CONTROL_PLANE = [
     *("bind_jsonl", "cancel", "children", "close", "close_session", "command", "commands"),
     *("events", "export_jsonl", "follow", "get", "list_sessions", "open", "prompt"),
-    *("recovery", "register_callback", "result", "set_config_option", "set_mode", "spawn"),
+    *("recovery", "register_callback", "resolve_agent", "result", "set_config_option"),
+    *("set_mode", "spawn"),
     *("submit_prompt", "wait", "wait_delivered"),
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
     *("latest_event", "live_sessions", "watch_command"),

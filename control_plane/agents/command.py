@@ -1,5 +1,6 @@
-"""Turning what a user types (``--agent "npx @zed-industries/claude-code-acp"``) into an
-``AgentSpec``."""
+"""Turning a command line (``--agent "npx @zed-industries/claude-agent-acp"``) into an
+``AgentSpec``: the last step of resolution (``resolve.py``), for what is neither a
+configured agent nor a registry name."""
 
 from __future__ import annotations
 
