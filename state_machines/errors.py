@@ -25,7 +25,9 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     │   └── SchemaTooNew       the file was migrated by a newer acpctl (store/migrate.py)
     │
     │   defined next to the code that raises them:
-    ├── AgentCommandError      an agent command that cannot be parsed (control_plane/agents.py)
+    ├── AgentCommandError      an agent command that cannot be parsed (control_plane/agents/)
+    │   └── UnknownAgent       a name that is no configured, registry or runnable agent
+    ├── AgentNotInstalled      a registry agent nothing here can run (control_plane/agents/)
     ├── ConfigError            a bad configuration file or value (control_plane/config.py)
     ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)

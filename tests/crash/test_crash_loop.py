@@ -33,6 +33,7 @@ import pytest
 
 from control_plane import ControlPlane
 from protocol.transcript.reader import validate_v3
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 from tests.conftest import live_pids
 from tests.support.crash_loop_driver import prompt_text
 from tests.support.direct_sql import rows
@@ -57,6 +58,8 @@ class Figures:
     failed_budget: int = 0
     # Cut short by a kill, then not sent again: the restarted agent resumed with it.
     interrupted_not_resent: int = 0
+    # Cut short by a kill, the agent resumed with it: its last turn the continuation prompt.
+    continued: int = 0
     max_attempts_seen: int = 0
     retried_commands: int = 0
     invocations: int = 0
@@ -75,6 +78,7 @@ class Figures:
             f"commands={self.commands} completed={self.completed} "
             f"failed(budget)={self.failed_budget} "
             f"interrupted(not resent)={self.interrupted_not_resent} "
+            f"continued={self.continued} "
             f"max attempts seen={self.max_attempts_seen} "
             f"commands run more than once={self.retried_commands} "
             f"agent invocations={self.invocations} recovery: requeued={self.requeued} "
@@ -322,14 +326,26 @@ def check_invariants(work: Path, n_sessions: int, figures: Figures, db: str | No
     text_of = {c["id"]: json.loads(c["payload"])["content"][0]["text"] for c in commands}
     expected_texts = {prompt_text(i, j) for i in range(n_sessions) for j in range(per_session)}
     assert set(text_of.values()) == expected_texts
-    assert set(seen_by_text) <= expected_texts
+    # Besides the prompts, the continuation prompt: a turn a kill cut off, whose agent
+    # resumed with it, is continued (docs/operations.md, "Interrupted turns").
+    assert set(seen_by_text) <= expected_texts | {DEFAULT_CONTINUATION}
+    last_prompt: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["kind"] == "prompt" and e["command_id"] is not None:
+            last_prompt[e["command_id"]] = json.loads(e["payload"])
+    continued_by = {line["pid"] for line in seen_by_text.get(DEFAULT_CONTINUATION, [])}
+    figures.continued = sum(1 for p in last_prompt.values() if p.get("continuation"))
     completing_pid = _completing_agent_pids(by_session)
     for c in commands:
         seen = seen_by_text[text_of[c["id"]]]
         assert len(seen) <= c["attempts"], (dict(c), seen)
         if c["state"] == "completed":
             assert seen, dict(c)
-            assert seen[-1]["pid"] == completing_pid[c["id"]], (dict(c), seen)
+            if last_prompt[c["id"]].get("continuation"):
+                # Its last turn was the continuation, served by the agent that completed it.
+                assert completing_pid[c["id"]] in continued_by, dict(c)
+            else:
+                assert seen[-1]["pid"] == completing_pid[c["id"]], (dict(c), seen)
 
     # Sinks: every event of the session exactly once, in seq order.
     for sink in sinks:

@@ -104,7 +104,11 @@ def test_kill_9_of_the_control_plane_kills_the_agent_tree_before_its_side_effect
         follow = cp.prompt(session_id, "after the crash", idempotency_key="next")
         assert cp.wait(follow.id, 60).state is CommandState.COMPLETED
         hung = [c for c in cp.commands(session_id) if c.id != follow.id]
-        assert [c.state for c in hung] == [CommandState.INTERRUPTED]  # resumed: not resent
+        # The agent resumed with the prompt in its conversation: continued, not resent.
+        assert [c.state for c in hung] == [CommandState.COMPLETED]
+        prompts = [e for e in cp.events(session_id) if e.kind == "prompt"]
+        assert [bool(e.payload.get("continuation")) for e in prompts] == [False, True, False]
+    _assert_no_side_effect(tmp_path)  # the continued turn did not run the tree's commands
 
 
 @pytest.mark.timeout(120)

@@ -27,6 +27,7 @@ from store import AgentSpec
 from tests.support.direct_sql import is_postgres
 from tests.support.store_contents import stored_bytes
 
+from .agents import BIN as NODE_BIN
 from .agents import AgentLaunch
 from .client import RecordingClient
 from .model_requests import RecordedRequest, anthropic_text, gemini_text, openai_item_text
@@ -96,15 +97,20 @@ class ControlPlaneFiles:
             return [(str(p), p.read_bytes()) for p in self.store_files()]
         return [(f"database {self.db_url}", stored_bytes(self.db_url))]
 
-    def write_config(self, launch: AgentLaunch, permission: str = "ask") -> None:
+    def write_config(
+        self, launch: AgentLaunch, permission: str = "ask", by_name: bool = False
+    ) -> None:
         """``[agents.NAME]`` with the harness's argv and every variable of its env (HOME too);
-        Gemini CLI gets ``fs = false`` (it cannot create files through a client's fs)."""
+        Gemini CLI gets ``fs = false`` (it cannot create files through a client's fs).
+        ``by_name``: no command: NAME (claude, codex, gemini) resolves through the registry
+        snapshot to the installed package (``env()`` puts node_modules/.bin on PATH)."""
+        command = [] if by_name else [f"command = {_toml(list(launch.argv))}"]
         lines = [
             "[permissions]",
             f"default = {_toml(permission)}",
             "",
             f"[agents.{self.agent}]",
-            f"command = {_toml(list(launch.argv))}",
+            *command,
             f"env = {_toml(dict(launch.env))}",
             f"fs = {_toml(self.agent != 'gemini')}",
             "terminals = false",
@@ -117,8 +123,11 @@ class ControlPlaneFiles:
         """The acpctl process's own environment: no API key, no agent variables."""
         home = self.root / "cp-home"
         home.mkdir(parents=True, exist_ok=True)
+        # The installed agents' executables, as a user's global npm install would put them
+        # on PATH: how ``--agent claude`` finds them (control_plane/agents/install.py).
+        path = os.pathsep.join((str(NODE_BIN), os.environ.get("PATH", "/usr/bin:/bin")))
         return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": path,
             "PYTHONPATH": str(REPO),
             "HOME": str(home),
             "LANG": "C.UTF-8",

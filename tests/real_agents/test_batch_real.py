@@ -1,22 +1,23 @@
-"""``acpctl batch`` in front of the real agents: kill -9 during a tool call, then the same
-command again, then ``--retry-failed``."""
+"""``acpctl batch --agent NAME`` in front of the real agents: kill -9 or Ctrl-C during a
+tool call, then the same command again finishes the task."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
+
 from .conftest import RealAgent
 from .cp_helpers import (
     API_OF,
-    SLOW_TOOL,
     ControlPlaneFiles,
+    conversations,
     duplicated,
     gone_within,
     tool_process,
@@ -29,66 +30,75 @@ def _results(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# The tool's side effect happens at once; then it waits to be cut off. Sent again, the
+# prompt would append a second line: continued, it must not.
+EFFECT_THEN_WAIT = "RUN echo ran >> side.txt; sleep 60"
+
+
 @pytest.mark.timeout(150)
-def test_kill_9_of_batch_during_a_tool_call(real_agent: RealAgent, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["kill-9", "ctrl-c"])
+def test_batch_cut_off_during_a_tool_call_is_finished_by_the_same_command(
+    real_agent: RealAgent, tmp_path: Path, stop: str
+) -> None:
+    """``acpctl batch --agent NAME`` (the agent by its registry name) stopped by kill -9 or
+    Ctrl-C while the agent's tool runs; the same command again finishes the task: exit 0,
+    the task ok, the prompt not sent into the conversation again but continued (or, when
+    the agent lost the conversation, sent again), and the tool's side effect applied once
+    when the conversation was kept."""
     cp = ControlPlaneFiles(tmp_path / "cp", real_agent.name)
-    cp.write_config(real_agent.launch, permission="allow")  # nobody to ask in a batch
+    cp.write_config(real_agent.launch, permission="allow", by_name=True)
     cwd, server, api = real_agent.cwd, real_agent.server, API_OF[real_agent.name]
     side = cwd / "side.txt"
     tasks = cp.root / "tasks.jsonl"
-    tasks.write_text(json.dumps({"id": "slow", "prompt": SLOW_TOOL, "cwd": str(cwd)}) + "\n")
+    tasks.write_text(json.dumps({"id": "t", "prompt": EFFECT_THEN_WAIT, "cwd": str(cwd)}) + "\n")
     results = cp.root / "tasks.results.jsonl"
     args = ("batch", str(tasks), "--agent", real_agent.name, "-j", "1")
 
-    batch = cp.popen(*args, log=cp.root / "batch-1.log")
+    log = cp.root / "batch-1.log"
+    batch = cp.popen(*args, log=log)
     try:
-        found = wait_for(lambda: tool_process(cwd) or batch.poll() is not None, 60)
-        assert found and found is not True, (batch.poll(), (cp.root / "batch-1.log").read_text())
-        seen_at = time.monotonic()
-        os.kill(batch.pid, signal.SIGKILL)
-        batch.wait(10)
+        found = wait_for(
+            lambda: (side.exists() and tool_process(cwd)) or batch.poll() is not None, 60
+        )
+        assert found and found is not True, (batch.poll(), log.read_text())
+        os.kill(batch.pid, signal.SIGKILL if stop == "kill-9" else signal.SIGINT)
+        batch.wait(60)
     finally:
         if batch.poll() is None:
             batch.kill()
-    gone, elapsed, left = gone_within(found[1], 1.0)
-    assert gone, f"agent tree still alive {elapsed:.2f}s after kill -9 of batch: {left}"
-    time.sleep(max(0.0, seen_at + 4.5 - time.monotonic()))
-    assert not side.exists(), "the killed tool command finished its side effect"
+    if stop == "ctrl-c":
+        said = log.read_text()
+        assert batch.returncode == 130 and "1 task(s) cut off mid-turn" in said, said[-3000:]
+        assert "continues them" in said, said[-3000:]
+    gone, elapsed, left = gone_within(found[1], 5.0)
+    assert gone, f"agent tree still alive {elapsed:.2f}s after {stop} of batch: {left}"
+    assert side.read_text() == "ran\n"
 
-    # The same command again: it resumes the batch.
+    # The same command again finishes the work.
     before = len(server.requests)
     rerun = cp.run(*args, timeout=120)
     (row,) = _results(results)
     after = [r for r in server.requests[before:] if r.api == api]
-    kinds = [e["kind"] for e in cp.json("events", row["sessionId"], "--json")]
+    events = cp.json("events", row["sessionId"], "--json")
+    kinds = [e["kind"] for e in events]
     lost = "context_lost" in kinds
     if real_agent.name in ("claude", "codex"):
         assert not lost, kinds  # both resume the session
-    assert duplicated(after, SLOW_TOOL) == []
+    assert row["status"] == "ok", (row, rerun.stdout, rerun.stderr)
+    assert rerun.returncode == 0, (rerun.stdout, rerun.stderr)
+    assert row["attempts"] == 2, row
+    prompts = [e for e in events if e["kind"] == "prompt"]
+    assert len(prompts) == 2, kinds
+    assert duplicated(after, EFFECT_THEN_WAIT) == []
     if lost:
         # The agent could not restore the conversation: the prompt was sent again, once.
-        assert row["status"] == "ok", (row, rerun.stdout, rerun.stderr)
-        assert rerun.returncode == 0
-        assert len(turn_starts(after, SLOW_TOOL)) == 1, kinds
-        assert side.read_text() == "ran\n"
+        assert len(turn_starts(after, EFFECT_THEN_WAIT)) == 1, kinds
+        assert "continuation" not in prompts[1]["payload"]
+        assert side.read_text() == "ran\nran\n"
     else:
-        # It restored the conversation with the prompt in it: not sent again.
-        assert row["status"] == "interrupted", (row, rerun.stdout, rerun.stderr)
-        assert rerun.returncode == 1
-        assert turn_starts(after, SLOW_TOOL) == [], kinds
-        assert not side.exists()
-    assert row["attempts"] == (2 if lost else 1)
-
-    # --retry-failed finishes what is not ok, in a new session; an ok task is left alone.
-    before = len(server.requests)
-    retry = cp.run(*args, "--retry-failed", timeout=120)
-    assert retry.returncode == 0, (retry.stdout, retry.stderr)
-    (final,) = _results(results)
-    assert final["status"] == "ok", final
-    assert side.read_text() == "ran\n"  # the side effect happened exactly once in all
-    retried = [r for r in server.requests[before:] if r.api == api]
-    if lost:
-        assert final["sessionId"] == row["sessionId"] and retried == []
-    else:
-        assert final["sessionId"] != row["sessionId"] and final["generation"] == 1
-        assert len(turn_starts(retried, SLOW_TOOL)) == 1
+        # It restored the conversation with the prompt in it: continued, not sent again.
+        assert turn_starts(after, EFFECT_THEN_WAIT) == [], kinds
+        assert prompts[1]["payload"]["continuation"] is True
+        sent = [t for texts in conversations(after) for t in texts]
+        assert any(DEFAULT_CONTINUATION[:60] in t for t in sent), sent[-3:]
+        assert side.read_text() == "ran\n"  # the side effect applied once
