@@ -166,7 +166,7 @@ def serve_command(
 
     Example (Zed settings.json, "agent_servers"):
       {"Durable Claude": {"command": "acpctl",
-        "args": ["serve", "--agent", "npx @zed-industries/claude-code-acp"]}}
+        "args": ["serve", "--agent", "claude"]}}
 
     Example (network): acpctl tokens create laptop; acpctl serve --listen 127.0.0.1:8787
     """

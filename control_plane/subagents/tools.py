@@ -31,7 +31,12 @@ TOOLS: list[dict[str, Any]] = [
             "type": "object",
             "properties": {
                 "task": {"type": "string"},
-                "agent": {"type": ["string", "null"], "default": None},
+                "agent": {
+                    "type": ["string", "null"],
+                    "default": None,
+                    "description": "The child's agent: a name (claude, codex, gemini, a "
+                    "configured one) or a command line; default: this session's agent.",
+                },
                 "mode": {"type": "string", "enum": ["run", "session"], "default": "run"},
             },
             "required": ["task"],

@@ -28,6 +28,7 @@ class Directives:
     chunks: int | None = None
     updates: int | None = None
     delay_ms: int | None = None
+    think_ms: int | None = None  # a pause before the turn's first update (a model thinking)
     tool: bool = False
     permission: bool = False
     read: str | None = None
@@ -82,11 +83,12 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         setattr(d, name, True)
     elif name in ("unknown-update", "hang-hard", "mcp-servers"):
         setattr(d, name.replace("-", "_"), True)
-    elif name in ("chunks", "updates", "delay", "flood-stderr", "oversize"):
+    elif name in ("chunks", "updates", "delay", "think", "flood-stderr", "oversize"):
         number = int(value)
         if number < 0:
             raise ValueError("must be >= 0")
-        setattr(d, {"delay": "delay_ms", "flood-stderr": "flood_stderr"}.get(name, name), number)
+        fields = {"delay": "delay_ms", "think": "think_ms", "flood-stderr": "flood_stderr"}
+        setattr(d, fields.get(name, name), number)
     elif name == "cost":
         cost = float(value)
         if not cost >= 0:  # also refuses NaN
@@ -108,6 +110,11 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         mode = "session" if name == "spawn-session" else "run"
         for task in filter(None, value.split(",")):
             d.mcp_calls.append(("spawn_subagent", {"task": task.replace("_", " "), "mode": mode}))
+    elif name == "spawn-agent":  # #spawn-agent=AGENT:task: a child of the named agent
+        agent, sep, task = value.partition(":")
+        if not sep or not agent:
+            raise ValueError("expected AGENT:TASK")
+        d.mcp_calls.append(("spawn_subagent", {"task": task.replace("_", " "), "agent": agent}))
     elif name == "mcp-as":
         d.mcp_as = value
     elif name == "list-subagents":

@@ -83,6 +83,8 @@ class TurnScript:
     ) -> None:
         """Apply the directives in their documented order, then stream the reply."""
         sid = record.session_id
+        if d.think_ms:  # before anything, as a model thinking before its first token
+            await asyncio.sleep(d.think_ms / 1000)
         if d.updates is None:
             await self._send(sid, update_agent_thought_text(f"Considering: {message}"))
         extras: list[str] = []

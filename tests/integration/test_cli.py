@@ -513,6 +513,48 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(
         assert len(prompts) == 1
 
 
+@pytest.mark.timeout(180)
+def test_a_turn_cut_off_before_the_agent_answered_is_sent_again_not_continued(
+    tmp_path: Path, db: str
+) -> None:
+    """Ctrl-C after the agent received the prompt but before it answered anything (a
+    model still thinking, or an agent still starting its tools): nothing of the turn is in
+    the log, so the rerun cannot know the prompt is in the restored conversation, and a
+    continuation of a prompt never received would ask for nothing: the prompt is sent again,
+    and the task ends ok."""
+    import signal
+    import time
+
+    prompt = "slow start #think=4000 #chunks=2"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t0", "prompt": prompt}) + "\n")
+    received = tmp_path / "invocations.jsonl"
+    agent = f"{sys.executable} -m protocol.example_agent --invocations-file {received}"
+    agent += f" --state-file {tmp_path / 'agent-state.json'}"
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "batch", str(tasks)]
+    cmd += ["--agent", agent]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while not (received.exists() and received.read_text().strip()):  # the agent has it
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    updates = "select count(*) from events where kind = 'session_update' and command_id is not null"
+    assert _count(db, updates) == 0
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
+    assert [(r["status"], r["attempts"]) for r in results] == [("ok", 2)]
+    prompts = [json.loads(line)["message"] for line in received.read_text().splitlines()]
+    assert prompts == [prompt, prompt]
+    sent = query(db, "select payload from events where kind = 'prompt' order by seq")
+    assert [bool(json.loads(p[0]).get("continuation")) for p in sent] == [False, False]
+
+
 def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(
     tmp_path: Path,
 ) -> None:

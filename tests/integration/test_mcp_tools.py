@@ -84,6 +84,21 @@ def test_session_children_take_follow_ups_and_limits_surface_as_tool_errors(
         assert refused.text.count("max_children") == 1
 
 
+def test_a_subagent_is_spawned_by_agent_name_and_an_unknown_name_is_a_tool_error(
+    tmp_path: Path,
+) -> None:
+    with open_cp(tmp_path) as cp:
+        parent = cp.spawn(example_agent(tmp_path), tmp_path, "#spawn-agent=example:by_name")
+        assert parent.command is not None
+        out = cp.wait(parent.command.id, 120)
+        (child,) = cp.descendants(parent.session.id)
+        assert cp.get(child).agent.name == "example-agent", out.text
+        assert cp.wait(cp.commands(child)[0].id, 60).ok
+        wrong = cp.wait(cp.prompt(parent.session.id, "#spawn-agent=exampel:x").id, 60)
+        assert "unknown agent 'exampel'" in wrong.text and "example" in wrong.text, wrong.text
+        assert cp.descendants(parent.session.id) == [child]  # nothing spawned
+
+
 @pytest.mark.parametrize("transport", ["http", "stdio"])
 def test_an_agent_claiming_another_session_is_refused_and_sees_only_its_own_tree(
     tmp_path: Path, db: str, transport: str, caplog: pytest.LogCaptureFixture
