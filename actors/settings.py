@@ -87,6 +87,10 @@ class RuntimeSettings:
     # session's metadata says (serve's "report"): "continue" or "report"
     # (store/ops/interrupted.py), and the prompt a continued turn is sent.
     interrupted_turns: str = "continue"
+    # Where worktree workspaces are made (default: next to the store, set by assembly.py)
+    # and the longest their setup command may run.
+    workspace_root: str | None = None
+    workspace_setup_s: float = 1800.0
     continuation_prompt: str = DEFAULT_CONTINUATION
     max_frame_bytes: int = 16 * 1024 * 1024
     # The least time between two writes of a session's agent output: updates arriving

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -127,6 +129,30 @@ class ControlPlane(FrontEndServices):
 
     # -- sessions ------------------------------------------------------------------------
 
+    def _plan_workspace(
+        self,
+        kind: str,
+        cwd: str | os.PathLike[str] | None,
+        key: str | None,
+        base: str,
+        name: str | None,
+        setup: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> tuple[str, dict[str, Any]]:
+        """The worktree a spawn gets (planned, not made: the session's start makes it, so
+        the spawn's commit is its recorded intent) and the metadata that records it."""
+        from actors.workspace import WorkspaceError, plan_worktree
+
+        if kind not in ("worktree", "none"):
+            raise WorkspaceError(f"workspace {kind!r}: expected 'worktree' or 'none'")
+        if kind == "none":
+            return os.fspath(cwd or os.getcwd()), dict(metadata or {})
+        if name is None:
+            name = hashlib.sha256(key.encode()).hexdigest()[:12] if key else uuid.uuid4().hex[:12]
+        root = self.settings.workspace_root or os.path.join(os.getcwd(), "workspaces")
+        planned = plan_worktree(os.fspath(cwd or os.getcwd()), name, root, base, setup)
+        return planned.cwd, {**(metadata or {}), "workspace": planned.to_json()}
+
     def resolve_agent(self, agent: AgentInput) -> AgentSpec:
         """A spec as given, else a name resolved as ``--agent`` is: the configuration's
         ``[agents.NAME]``, ``example``, a registry name (``claude``, ``codex``, ``gemini``...),
@@ -154,6 +180,10 @@ class ControlPlane(FrontEndServices):
         budget: Budget | None = None,
         tree_budget: Budget | None = None,
         placement: Placement | None = None,
+        workspace: str | None = None,
+        workspace_base: str = "HEAD",
+        workspace_name: str | None = None,
+        setup: str | None = None,
     ) -> SpawnResult:
         """Create a session, its binding and its first prompt in one transaction.
 
@@ -175,8 +205,18 @@ class ControlPlane(FrontEndServices):
 
         ``placement`` says which nodes of a shared store may run it (``Placement(node=...)``
         or ``Placement(labels=(...))``; default any, or the parent's for a child).
+
+        ``workspace="worktree"``: the agent works in a new git worktree of ``cwd``'s
+        repository at ``workspace_base``, on a branch ``acpctl/<workspace_name>`` (default:
+        from the idempotency key, else a new id), with ``setup`` run in it first; its files
+        are checkpointed at every turn end (``docs/workspaces.md``). ``WorkspaceError`` when
+        ``cwd`` is not in a git repository (nothing is created).
         """
         spec = self.resolve_agent(agent)
+        if workspace is not None:
+            cwd, metadata = self._plan_workspace(
+                workspace, cwd, idempotency_key, workspace_base, workspace_name, setup, metadata
+            )
         # Values the host handed in are kept in memory for this process's launches only.
         self.settings.agent_profiles.remember(spec)
         sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]

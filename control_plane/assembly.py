@@ -41,6 +41,10 @@ def assemble(
         base = store.path if store.location.is_file else default_db_path()
         log_dir = os.path.join(os.path.dirname(base), "agent-logs")
         settings = replace(settings, log_dir=log_dir)
+    if settings.workspace_root is None:  # worktrees next to the store too
+        base = store.path if store.location.is_file else default_db_path()
+        root = os.path.join(os.path.dirname(base), "workspaces")
+        settings = replace(settings, workspace_root=root)
     loop: ProtocolLoop | None = None
     try:
         delivery = DeliveryService(store, workers=delivery_workers, batch_size=delivery_batch)

@@ -43,6 +43,14 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     by_kind = { read = "allow", execute = "deny" }
     ask_timeout_s = 600               # serve --listen: unanswered asks end "cancelled"
 
+    [workspace]                       # --workspace worktree (docs/workspaces.md)
+    root = "~/acpctl-workspaces"      # default: next to the store
+    setup = "npm ci"                  # run in each new worktree before its agent starts
+    setup_timeout_s = 1800
+
+    [defaults]
+    workspace = "none"                # or "worktree": batch tasks and spawns get one
+
     [agents.claude]
     command = "npx @zed-industries/claude-code-acp"
     env = { ANTHROPIC_API_KEY = "..." }
@@ -72,12 +80,14 @@ from control_plane.config_sections import (
     AgentConfig,
     Budgets,
     ConfigError,
+    Defaults,
     Limits,
     NodeConfig,
     Permissions,
     PriceConfig,
     Timeouts,
     Tracing,
+    WorkspaceConfig,
     _Strict,
 )
 from state_machines import QueueMode
@@ -127,6 +137,8 @@ class Config(_Strict):
     # By the model the agent reports (Gemini CLI does), else by the configured agent name.
     prices: dict[str, PriceConfig] = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    defaults: Defaults = Field(default_factory=Defaults)
 
     @field_validator("db")
     @classmethod
@@ -184,6 +196,10 @@ class Config(_Strict):
             ),
             "terminals_enabled": self.terminals,
             "interrupted_turns": self.interrupted_turns,
+            "workspace_root": (
+                None if self.workspace.root is None else os.path.expanduser(self.workspace.root)
+            ),
+            "workspace_setup_s": self.workspace.setup_timeout_s,
             "continuation_prompt": self.continuation_prompt,
             "agent_profiles": self.agent_profiles(),
             "configured_agents": dict(self.agents),

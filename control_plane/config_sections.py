@@ -123,6 +123,23 @@ class NodeConfig(_Strict):
     lease_s: float = Field(15.0, ge=1.0, le=3600.0)
 
 
+class WorkspaceConfig(_Strict):
+    """``[workspace]``: where worktree workspaces are made and how they are set up
+    (docs/workspaces.md)."""
+
+    # Default: a ``workspaces`` directory next to the store file.
+    root: str | None = None
+    # A shell command run in each new worktree before its agent starts (e.g. "npm ci").
+    setup: str | None = Field(default=None, min_length=1)
+    setup_timeout_s: float = Field(1800.0, gt=0)
+
+
+class Defaults(_Strict):
+    """``[defaults]``: what a session gets unless its spawn or task says otherwise."""
+
+    workspace: Literal["worktree", "none"] = "none"
+
+
 class AgentConfig(_Strict):
     # Unset for a registry agent (``[agents.claude]``): the registry's command, with the
     # env, passthrough, cwd... given here (docs/agents/README.md).

@@ -30,3 +30,6 @@ class EventKind(StrEnum):
     CLOSED = "closed"  # the session closed for good (reason)
     BUDGET_WARNING = "budget_warning"  # a warn budget was reached (once per budget)
     BUDGET_EXCEEDED = "budget_exceeded"  # a stop budget stopped the session (budget, used)
+    WORKSPACE_READY = "workspace_ready"  # its worktree made and set up (path, branch, base)
+    CHECKPOINT = "checkpoint"  # a turn ended: the worktree's files committed (ref, tree)
+    WORKSPACE_RESTORED = "workspace_restored"  # files put back before a cut-off turn reruns

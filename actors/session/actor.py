@@ -39,6 +39,8 @@ from actors.session.outcomes import control_write, turn_timeout_for
 from actors.session.recorder import StoreRecorder
 from actors.session.turn_end import TurnEnder
 from actors.session.turn_trace import TurnTrace
+from actors.session.workspace_steps import RESTORED_NOTE, SessionWorkspace
+from actors.workspace import WorkspaceError, workspace_of
 from protocol.agent.connection import AgentConnection
 from protocol.os_thread_name import name_this_thread
 from state_machines import (
@@ -74,6 +76,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.budget = BudgetWatch.attached(self.recorder, deps)  # usage against budgets
         self.trace: TurnTrace | None = None  # the session's spans, once its agent is known
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
+        self.turn_seq = 0  # the running (or last) turn's first command's seq
+        self.workspace: SessionWorkspace | None = None  # from the metadata, in on_start
         self.last_active = time.monotonic()
         self.closing = False
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
@@ -102,6 +106,15 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.recorder.epoch = self.epoch
         # What never changes after the spawn (parent, queue mode, metadata), read once.
         self.facts = self.store.get_session(self.session_id)
+        spec = workspace_of(self.facts.metadata)
+        settings = self.deps.settings
+        self.workspace = (
+            None
+            if spec is None
+            else SessionWorkspace(
+                spec, self.session_id, self.store, settings.log_dir, settings.workspace_setup_s
+            )
+        )
 
     def on_stop(self) -> None:
         self.stop_asked = True
@@ -227,6 +240,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
                 self._close("the run ended interrupted")  # its prompt was not sent again
             return
         if claimed[0].kind is CommandKind.PROMPT:
+            if self.workspace is not None and claimed[0].attempts > 1:
+                self.workspace.restore_for(claimed[0])  # no half-done edit applied twice
             self._start_turn(claimed)
         else:
             self._run_control(claimed[0])
@@ -242,6 +257,13 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             return True
         self._stop_agent(kill=True)
         session = self.store.get_session(self.session_id)
+        if self.workspace is not None:
+            try:
+                self.workspace.prepare()  # before the agent: its cwd is the worktree
+            except WorkspaceError as exc:
+                error = f"workspace: {exc}"
+                self._write(lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error))
+                return False
         try:
             self.trace = self.trace or TurnTrace.attached(self.recorder, session.agent.name)
             started = self.trace.agent_start(
@@ -261,10 +283,11 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             return False
         self.conn = started.conn
         settings = self.deps.settings
+        continuation = settings.continuation_prompt
+        if self.workspace is not None:
+            continuation += RESTORED_NOTE  # a cut-off turn's files are put back first
         self.restart = RestartTerms(
-            started.how in ("resumed", "loaded"),
-            settings.interrupted_turns,
-            settings.continuation_prompt,
+            started.how in ("resumed", "loaded"), settings.interrupted_turns, continuation
         )
         self._write(
             lambda ctx: turns.agent_started(
@@ -289,6 +312,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         assert self.conn is not None
         ids = tuple(c.id for c in claimed)
         self.turn = ids
+        self.turn_seq = claimed[0].seq
         self.recorder.take_text()  # a failed turn's leftovers are not the next one's
         self.recorder.command_id = ids[0]
         log_context.bind(self.session_id, ids[0])
@@ -332,6 +356,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             assert self.ender is not None
             end = self.ender.end(message.result, message.error)
         queued = await_turn_end(self.store, end.committed, end.write, self.halt, self.session_id)
+        if self.workspace is not None:
+            self.workspace.checkpoint(message.command_ids[0], self.turn_seq)
         for then in end.then:
             then()
         if not end.agent_alive:

@@ -72,6 +72,11 @@ class BatchOptions:
     # All the batch's tasks together (tokens and/or cost their agents report): on reaching
     # it, "stop" cancels what runs and what is queued; "warn" reports it once.
     budget: Budget | None = None
+    # "worktree" gives each task a git worktree (a task's own "workspace" wins); base ref and
+    # the setup command a new worktree runs (a task's "setup" wins).
+    workspace: str = "none"
+    workspace_base: str = "HEAD"
+    setup: str | None = None
 
 
 class BatchRun:
@@ -82,6 +87,8 @@ class BatchRun:
         self.runs: list[TaskRun] = []
         self.resumed = 0  # tasks found from an earlier run of the same batch
         self.budget_reached: BudgetStop | None = None  # the batch budget, once reached
+        self._checkpoints_seen: set[str] = set()
+        self._workspace_rows: dict[str, dict[str, Any]] = {}
 
     def key(self, task: Task, generation: int) -> str:
         suffix = f":retry{generation}" if generation else ""
@@ -136,6 +143,8 @@ class BatchRun:
         }
         if task.timeout is not None:
             metadata["turnTimeoutS"] = task.timeout
+        workspace = task.workspace or self.options.workspace
+        suffix = f"-retry{generation}" if generation else ""
         result = self.cp.spawn(
             agent,
             task.cwd or agent_cwd or self.options.default_cwd,
@@ -143,15 +152,40 @@ class BatchRun:
             idempotency_key=self.key(task, generation),
             metadata=metadata,
             queue_mode=self.options.queue_mode,
+            workspace=None if workspace == "none" else workspace,
+            workspace_base=self.options.workspace_base,
+            workspace_name=f"{self.options.batch_id}/{task.id}{suffix}",
+            setup=task.setup or self.options.setup,
         )
         assert result.command is not None
         return TaskRun(task, result.session.id, result.command.id, generation)
+
+    def _checkpointed(self, run: TaskRun) -> bool:
+        """A finished task in a workspace counts as finished once its turn's checkpoint
+        (taken just after the turn's end) is in the log, so the results name it."""
+        if run.command_id in self._checkpoints_seen:
+            return True
+        session = self.cp.get(run.session_id)
+        kinds = ("checkpoint", "turn_ended", "turn_failed", "closed")
+        seen = {(e.kind, e.command_id) for e in self.cp.events_of_kinds(run.session_id, kinds)}
+        ran = ("turn_ended", run.command_id) in seen or ("turn_failed", run.command_id) in seen
+        done = (
+            "workspace" not in session.metadata
+            or not ran
+            or ("checkpoint", run.command_id) in seen
+            or any(kind == "closed" for kind, _ in seen)
+        )
+        if done:
+            self._checkpoints_seen.add(run.command_id)
+        return done
 
     def counts(self) -> Counts:
         counts = Counts()
         for run in self.runs:
             command = self.cp.command(run.command_id)
-            if command.state is CommandState.COMPLETED:
+            if command.is_final and not self._checkpointed(run):
+                counts.running += 1
+            elif command.state is CommandState.COMPLETED:
                 counts.done += 1
             elif command.is_final:
                 counts.failed += 1
@@ -183,7 +217,7 @@ class BatchRun:
         for run in self.runs:
             if run.session_id in closed:
                 continue
-            if self.cp.command(run.command_id).is_final:
+            if self.cp.command(run.command_id).is_final and self._checkpointed(run):
                 if self.cp.get(run.session_id).state is not SessionState.CLOSED:
                     self.cp.close_session(run.session_id, "batch task finished")
                 closed.add(run.session_id)
@@ -239,9 +273,34 @@ class BatchRun:
                     "generation": run.generation,
                     "sessionId": run.session_id,
                     "commandId": run.command_id,
+                    **self._workspace_row(run, command.is_final),
                 }
             )
         return rows
+
+    def _workspace_row(self, run: TaskRun, final: bool) -> dict[str, Any]:
+        """``{"workspace": {path, branch, checkpoint, diffstat}}`` for a task in a worktree
+        (the diffstat from its base to its last checkpoint, read once it is final)."""
+        if run.command_id in self._workspace_rows:
+            return self._workspace_rows[run.command_id]
+        from actors.workspace import WorkspaceError, diffstat, workspace_of
+
+        spec = workspace_of(self.cp.get(run.session_id).metadata)
+        if spec is None:
+            return {}
+        row: dict[str, Any] = {"path": spec.path, "branch": spec.branch, "checkpoint": None}
+        checkpoints = self.cp.events_of_kinds(run.session_id, ("checkpoint",))
+        done = [e.payload for e in checkpoints if "commit" in e.payload]
+        if done:
+            row["checkpoint"] = done[-1]["ref"]
+            try:
+                row["diffstat"] = diffstat(spec, spec.base, done[-1]["commit"])
+            except WorkspaceError as exc:
+                row["diffstat"] = f"unavailable: {exc}"
+        result = {"workspace": row}
+        if final and self._checkpointed(run):
+            self._workspace_rows[run.command_id] = result
+        return result
 
     def write_results(self) -> None:
         path = self.options.results_path

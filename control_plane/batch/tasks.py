@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,6 +29,10 @@ class Task(BaseModel):
     cwd: str | None = None
     agent: str | None = None
     timeout: float | None = Field(None, gt=0)
+    # "worktree": the task's agent works in a git worktree of its cwd's repository
+    # (docs/workspaces.md); "none": in cwd itself. Unset: --workspace, else the config.
+    workspace: Literal["worktree", "none"] | None = None
+    setup: str | None = Field(None, min_length=1)  # run in a new worktree first
 
     @field_validator("id")
     @classmethod

@@ -73,6 +73,11 @@ BATCH_SESSIONS_PER_AGENT = 8
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
+class Workspace(StrEnum):
+    WORKTREE = "worktree"
+    NONE = "none"
+
+
 class Interrupted(StrEnum):
     CONTINUE = "continue"
     REPORT = "report"
@@ -109,6 +114,8 @@ def run_batch(
     metrics: str | None = None,
     sessions_per_agent: int | None = None,
     interrupted: Interrupted | None = None,
+    workspace: Workspace | None = None,
+    base: str = "HEAD",
 ) -> int:
     from control_plane.batch.tasks import read_tasks
     from control_plane.metrics import parse_address
@@ -125,6 +132,8 @@ def run_batch(
     spec, agent_cwd = config.agent(agent)
     _check_task_agents(tasks_file, tasks, config)
     default_cwd = agent_cwd or os.getcwd()
+    chosen = workspace.value if workspace is not None else config.defaults.workspace
+    _check_task_workspaces(tasks_file, tasks, chosen, base, default_cwd)
     # The input is good: the first task's agent starts now, before the runner is imported
     # (the SDK's schema alone is ~0.8 s of CPU), so the agent's own start-up (its imports,
     # as long again) runs while the runtime loads and the store opens; the first session
@@ -150,6 +159,9 @@ def run_batch(
         agents=config.agent,
         queue_mode=config.queue_mode.value,
         store_fault_s=config.timeouts.store_fault_s,
+        workspace=(workspace.value if workspace is not None else config.defaults.workspace),
+        workspace_base=base,
+        setup=config.workspace.setup,
         budget=(
             Budget(budget_tokens, budget_cost)
             if budget_tokens is not None or budget_cost is not None
@@ -332,6 +344,18 @@ def batch_command(
         str | None,
         typer.Option("--metrics", help="Serve Prometheus metrics at HOST:PORT/metrics."),
     ] = None,
+    workspace: Annotated[
+        Workspace | None,
+        typer.Option(
+            "--workspace",
+            help="worktree: each task's agent works in its own git worktree of its cwd's "
+            "repository, checkpointed at every turn end (docs/workspaces.md); default: "
+            "[defaults] workspace, else none.",
+        ),
+    ] = None,
+    base: Annotated[
+        str, typer.Option("--base", help="The ref new worktrees start at.", metavar="REF")
+    ] = "HEAD",
     interrupted: Annotated[
         Interrupted | None,
         typer.Option(
@@ -373,6 +397,8 @@ def batch_command(
             metrics,
             sessions_per_agent,
             interrupted,
+            workspace,
+            base,
         )
     raise typer.Exit(code)
 
@@ -422,6 +448,32 @@ def demo_command(
     out.print(f"store: {ctx.db}")
     out.print(f"inspect: acpctl --db {ctx.db} sessions list")
     raise typer.Exit(code)
+
+
+def _check_task_workspaces(
+    tasks_file: Path, tasks: list[Task], default: str, base: str, default_cwd: str
+) -> None:
+    """Every task that gets a worktree has its cwd in a git repository where ``base``
+    names a commit, before anything is opened or made (nothing is created otherwise)."""
+    from actors.workspace import WorkspaceError, plan_worktree
+    from control_plane.batch.tasks import TaskFileError
+
+    problems = []
+    checked: dict[str, str | None] = {}
+    for task in tasks:
+        if (task.workspace or default) != "worktree":
+            continue
+        cwd = task.cwd or default_cwd
+        if cwd not in checked:
+            try:
+                plan_worktree(cwd, "check", os.devnull, base)
+                checked[cwd] = None
+            except WorkspaceError as exc:
+                checked[cwd] = str(exc)
+        if checked[cwd] is not None:
+            problems.append(f"task {task.id!r}: {checked[cwd]}")
+    if problems:
+        raise TaskFileError(str(tasks_file), problems)
 
 
 def _check_task_agents(tasks_file: Path, tasks: list[Task], config: Config) -> None:

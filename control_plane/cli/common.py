@@ -40,6 +40,7 @@ def input_errors() -> tuple[type[Exception], ...]:
     """Errors that mean the input was wrong (exit 2). ``AgentCommandError``, ``ConfigError``
     and ``TaskFileError`` live in modules that ``--help`` does not import; they are imported
     when an error needs sorting."""
+    from actors.workspace.git import WorkspaceError
     from control_plane.agents import AgentCommandError
     from control_plane.batch.tasks import TaskFileError
     from control_plane.config import ConfigError
@@ -51,6 +52,7 @@ def input_errors() -> tuple[type[Exception], ...]:
         ListenRefused,
         TokenNotFound,
         AgentCommandError,
+        WorkspaceError,
         ConfigError,
         TaskFileError,
         SessionNotFound,

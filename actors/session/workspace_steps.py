@@ -1,0 +1,117 @@
+"""A session's workspace as its actor uses it (``actors/workspace``): made and set up
+before the agent's start, a checkpoint after every turn end, the files put back to the last
+checkpoint before a turn a crash or Ctrl-C cut off is run again. Each step is recorded in
+the session's log. Runs on the actor's thread: git's few milliseconds (a setup command's
+minutes) hold only this session."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from actors.workspace import (
+    WorkspaceError,
+    WorkspaceSpec,
+    ensure_worktree,
+    restore,
+    take_checkpoint,
+)
+from actors.workspace.checkpoint import ref_of
+from actors.workspace.git import git
+from state_machines.event_kinds import EventKind
+from store import CommandRecord, NewEvent
+
+if TYPE_CHECKING:
+    from store import Store
+
+log = logging.getLogger(__name__)
+
+# Appended to the continuation prompt of a workspace session: its files were put back.
+RESTORED_NOTE = (
+    " The files of your workspace were restored to how they were when the cut-off turn "
+    "began, so edits it made are gone: make again those that are still needed."
+)
+
+
+class SessionWorkspace:
+    def __init__(
+        self, spec: WorkspaceSpec, session_id: str, store: Store, log_dir: str, setup_s: float
+    ) -> None:
+        self.spec = spec
+        self.session_id = session_id
+        self.store = store
+        self.setup_log = os.path.join(log_dir, f"{session_id}.setup.log")
+        self.setup_timeout_s = setup_s
+
+    def prepare(self) -> None:
+        """The worktree exists and is set up (``WorkspaceError`` when it cannot be)."""
+        ready = ensure_worktree(self.spec, self.setup_log, self.setup_timeout_s)
+        if not ready.created:
+            return
+        baseline = take_checkpoint(self.spec, self.session_id, 0)
+        payload: dict[str, Any] = {
+            "path": self.spec.path,
+            "branch": self.spec.branch,
+            "base": self.spec.base,
+            "ref": baseline.ref,
+            "commit": baseline.commit,
+            "tree": baseline.tree,
+        }
+        if ready.setup_exit is not None:
+            payload["setup"] = {
+                "command": self.spec.setup,
+                "exit": ready.setup_exit,
+                "seconds": round(ready.setup_s or 0.0, 3),
+                "log": self.setup_log,
+            }
+        self._record(None, EventKind.WORKSPACE_READY, payload)
+
+    def checkpoint(self, command_id: str, seq: int) -> None:
+        """After a turn's end: its files to ``refs/acpctl/<session>/<seq>``. A failure is
+        logged and recorded, never the turn's: the next turn's checkpoint covers it."""
+        try:
+            made = take_checkpoint(self.spec, self.session_id, seq, self.last_commit())
+        except WorkspaceError as exc:
+            log.warning("session %s: checkpoint failed: %s", self.session_id, exc)
+            self._record(command_id, EventKind.CHECKPOINT, {"seq": seq, "error": str(exc)})
+            return
+        payload: dict[str, Any] = {
+            "seq": seq,
+            "ref": made.ref,
+            "commit": made.commit,
+            "tree": made.tree,
+            "ms": round(made.seconds * 1000, 1),
+        }
+        self._record(command_id, EventKind.CHECKPOINT, payload)
+
+    def restore_for(self, command: CommandRecord) -> None:
+        """Before a cut-off turn runs again: the files as at the last checkpoint."""
+        commit = self.last_commit()
+        try:
+            written, removed = restore(self.spec, commit)
+        except WorkspaceError as exc:
+            log.warning("session %s: restoring the workspace failed: %s", self.session_id, exc)
+            self._record(command.id, EventKind.WORKSPACE_RESTORED, {"error": str(exc)})
+            return
+        payload = {"to": commit, "files": written, "removed": removed[:100]}
+        self._record(command.id, EventKind.WORKSPACE_RESTORED, payload)
+
+    def last_commit(self) -> str:
+        """The newest checkpoint's commit (refs are the source: a checkpoint whose event a
+        crash cut off still counts), else the worktree's base."""
+        prefix = ref_of(self.session_id, 0).rsplit("/", 1)[0] + "/"
+        out = git(["for-each-ref", "--format=%(refname) %(objectname)", prefix], self.spec.path)
+        newest: tuple[int, str] | None = None
+        for line in out.splitlines():
+            name, _, commit = line.partition(" ")
+            tail = name.rsplit("/", 1)[-1]
+            if tail.isdigit() and (newest is None or int(tail) > newest[0]):
+                newest = (int(tail), commit)
+        return self.spec.base if newest is None else newest[1]
+
+    def _record(self, command_id: str | None, kind: EventKind, payload: dict[str, Any]) -> None:
+        try:
+            self.store.append_events(self.session_id, command_id, [NewEvent(kind, payload)])
+        except Exception:  # the record is a report: the work it reports is done already
+            log.exception("session %s: recording %s failed", self.session_id, kind.value)
