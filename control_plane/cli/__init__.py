@@ -22,6 +22,7 @@ from control_plane.cli import agents as cli_agents
 from control_plane.cli import batch as cli_batch
 from control_plane.cli import sessions as cli_sessions
 from control_plane.cli import tokens as cli_tokens
+from control_plane.cli import workspaces as cli_workspaces
 from control_plane.cli.common import Context, errors_as_exit, out, print_json
 
 GLOBAL_OPTIONS = ("--db", "--config")
@@ -69,6 +70,7 @@ app.add_typer(cli_sessions.app, name="sessions")
 app.add_typer(config_app, name="config")
 app.add_typer(cli_tokens.app, name="tokens")
 app.add_typer(cli_agents.app, name="agents")
+app.add_typer(cli_workspaces.app, name="workspaces")
 
 
 class LogFormat(StrEnum):

@@ -6,6 +6,7 @@ missing store stay fast.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -209,6 +210,43 @@ def export(
 
         path = export_session(store, session_id, output or Path(f"{session_id}.jsonl"))
     out.print(str(path))
+
+
+@app.command()
+def diff(
+    typer_ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    turn: Annotated[
+        int | None,
+        typer.Option(
+            "--turn",
+            help="One turn's changes (its command seq, as the checkpoint refs name it); "
+            "default: everything since the worktree was made.",
+        ),
+    ] = None,
+) -> None:
+    """A unified diff of a session's workspace, between its checkpoints."""
+    from actors.workspace import diff as workspace_diff
+    from actors.workspace import workspace_of
+    from control_plane.workspace_views import checkpoints
+
+    ctx: Context = typer_ctx.obj
+    with errors_as_exit(), opened_store(ctx) as store:
+        spec = workspace_of(store.get_session(session_id).metadata)
+        if spec is None:
+            fail(f"session {session_id} has no workspace (spawned without --workspace)")
+        marks = checkpoints(store, session_id)
+        if not marks:
+            fail(f"session {session_id} has no checkpoint yet")
+        before, after = marks[0].commit, marks[-1].commit
+        if turn is not None:
+            index = next((i for i, m in enumerate(marks) if m.seq == turn and i), None)
+            if index is None:
+                seqs = ", ".join(str(m.seq) for m in marks[1:]) or "none"
+                fail(f"session {session_id} has no checkpoint of turn {turn} (turns: {seqs})")
+            before, after = marks[index - 1].commit, marks[index].commit
+        text = workspace_diff(spec, before, after)
+    sys.stdout.write(text)
 
 
 @app.command()
