@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # Appended to the continuation prompt of a workspace session: its files were put back.
 RESTORED_NOTE = (
-    " The files of your workspace were restored to how they were when the cut-off turn "
+    "\n\nThe files of your workspace were restored to how they were when the cut-off turn "
     "began, so edits it made are gone: make again those that are still needed."
 )
 

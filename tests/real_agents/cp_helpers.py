@@ -98,14 +98,20 @@ class ControlPlaneFiles:
         return [(f"database {self.db_url}", stored_bytes(self.db_url))]
 
     def write_config(
-        self, launch: AgentLaunch, permission: str = "ask", by_name: bool = False
+        self,
+        launch: AgentLaunch,
+        permission: str = "ask",
+        by_name: bool = False,
+        top: dict[str, str] | None = None,
     ) -> None:
         """``[agents.NAME]`` with the harness's argv and every variable of its env (HOME too);
         Gemini CLI gets ``fs = false`` (it cannot create files through a client's fs).
         ``by_name``: no command: NAME (claude, codex, gemini) resolves through the registry
-        snapshot to the installed package (``env()`` puts node_modules/.bin on PATH)."""
+        snapshot to the installed package (``env()`` puts node_modules/.bin on PATH).
+        ``top``: top-level keys (``continuation_prompt``...)."""
         command = [] if by_name else [f"command = {_toml(list(launch.argv))}"]
         lines = [
+            *(f"{key} = {_toml(value)}" for key, value in (top or {}).items()),
             "[permissions]",
             f"default = {_toml(permission)}",
             "",
