@@ -28,7 +28,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── AgentCommandError      an agent command that cannot be parsed (control_plane/agents/)
     │   └── UnknownAgent       a name that is no configured, registry or runnable agent
     ├── AgentNotInstalled      a registry agent nothing here can run (control_plane/agents/)
-    ├── WorkspaceError         a worktree that cannot be made, set up or checkpointed (actors/workspace/)
+    ├── WorkspaceError         a worktree not made, set up or checkpointed (actors/workspace/)
     ├── ConfigError            a bad configuration file or value (control_plane/config.py)
     ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)
