@@ -187,8 +187,11 @@ def test_kill_9_mid_turn_puts_the_files_back_before_the_turn_runs_again(
     args = ("batch", str(tasks), "--agent", "example", "--workspace", "worktree")
     cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), *args]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wt_files() -> list[Path]:
+        return list((tmp_path / "workspaces").rglob("half.txt"))
+
     try:
-        wt_files = lambda: list((tmp_path / "workspaces").rglob("half.txt"))  # noqa: E731
         eventually(lambda: wt_files() or proc.poll() is not None, 60, "the half-done edit")
         assert wt_files(), proc.returncode
         os.kill(proc.pid, signal.SIGKILL)
@@ -217,7 +220,8 @@ def test_prune_removes_closed_worktrees_but_never_unsaved_work(tmp_path: Path, r
         live = cp.spawn("example", repo, "#write=b.txt:e one", workspace="worktree")
         for s in (clean, dirty, live):
             assert s.command is not None and cp.wait(s.command.id, 60).ok
-            eventually(lambda s=s: checkpointed(cp, s.session.id, 1), 30, "checkpoint")
+            sid = s.session.id
+            eventually(lambda sid=sid: checkpointed(cp, sid, 1), 30, "checkpoint")  # type: ignore[misc]
         cp.close_session(clean.session.id)
         cp.close_session(dirty.session.id)
     (Path(dirty.session.cwd) / "unsaved.txt").write_text("after the last checkpoint\n")
