@@ -19,8 +19,11 @@ from typing import Any
 
 from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.delivery.service import DeliveryService
+from actors.session.workspace_steps import SessionWorkspace
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
+from actors.workspace import WorkspaceError, workspace_of
+from actors.workspace.git import git
 from control_plane.agents import resolve_agent
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
@@ -141,14 +144,14 @@ class ControlPlane(FrontEndServices):
     ) -> tuple[str, dict[str, Any]]:
         """The worktree a spawn gets (planned, not made: the session's start makes it, so
         the spawn's commit is its recorded intent) and the metadata that records it."""
-        from actors.workspace import WorkspaceError, plan_worktree
+        from actors.workspace import plan_worktree
 
         if kind not in ("worktree", "none"):
             raise WorkspaceError(f"workspace {kind!r}: expected 'worktree' or 'none'")
         if kind == "none":
             return os.fspath(cwd or os.getcwd()), dict(metadata or {})
         if name is None:
-            name = hashlib.sha256(key.encode()).hexdigest()[:12] if key else uuid.uuid4().hex[:12]
+            name = _short_name(key)
         root = self.settings.workspace_root or os.path.join(os.getcwd(), "workspaces")
         planned = plan_worktree(os.fspath(cwd or os.getcwd()), name, root, base, setup)
         return planned.cwd, {**(metadata or {}), "workspace": planned.to_json()}
@@ -363,6 +366,56 @@ class ControlPlane(FrontEndServices):
             self._supervisor.cancel_turn(sid)
         return state
 
+    def fork(
+        self,
+        session_id: str,
+        at: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        supersede: bool = False,
+    ) -> SpawnResult:
+        """A new session whose conversation is this one's up to the end of turn ``at`` (a
+        prompt's command seq; default the last finished turn) and, for a workspace session,
+        whose worktree starts at that turn's checkpoint (``docs/workspaces.md``, "Fork and
+        rewind"). Its agent is new: the conversation is sent with its first prompt. With
+        ``supersede`` (rewind) this session is closed, its reason naming the fork.
+        ``ForkRefused`` for a turn that is not finished, or has no checkpoint."""
+        from store.ops.fork import ForkRefused, fork_session, turn_end
+
+        source = self.get(session_id)
+        turn, up_to = self._store.read(lambda c: turn_end(c, session_id, at))
+        metadata: dict[str, Any] = {"forkOf": {"session": session_id, "turn": turn}}
+        cwd = source.cwd
+        workspace = workspace_of(source.metadata)
+        if workspace is not None:
+            ref = f"refs/acpctl/{session_id}/{turn}"
+            try:
+                commit = git(["rev-parse", "--verify", "--quiet", ref], workspace.repo).strip()
+            except WorkspaceError:
+                why = f"turn {turn} of session {session_id} has no checkpoint"
+                raise ForkRefused(why) from None
+            origin = os.path.join(workspace.repo, workspace.subdir)
+            name = f"fork-{_short_name(idempotency_key)}"
+            cwd, metadata = self._plan_workspace(
+                "worktree", origin, None, commit, name, workspace.setup, metadata
+            )
+        result = self._store.write(
+            lambda ctx: fork_session(
+                ctx, session_id, turn, up_to, source.agent, cwd, metadata, idempotency_key
+            )
+        )
+        planned = workspace_of(result.session.metadata)
+        if planned is not None and result.created:
+            # Made now, not at its first prompt: a fork is often made to look at its files.
+            fid, settings = result.session.id, self.settings
+            setup_s = settings.workspace_setup_s
+            SessionWorkspace(planned, fid, self._store, settings.log_dir, setup_s).prepare()
+        if supersede and self.get(session_id).state is not SessionState.CLOSED:
+            self.close_session(
+                session_id, f"superseded: rewound to turn {turn} as session {result.session.id}"
+            )
+        return result
+
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
         """Close for good: the agent is stopped, open commands are cancelled; then every
         descendant, parents before children, so no announce lands in a closed parent (a
@@ -445,3 +498,8 @@ class ControlPlane(FrontEndServices):
         from control_plane.export import export_session
 
         return export_session(self._store, session_id, path)
+
+
+def _short_name(key: str | None) -> str:
+    """12 hex: of the idempotency key (the same spawn, the same name), else new."""
+    return hashlib.sha256(key.encode()).hexdigest()[:12] if key else uuid.uuid4().hex[:12]

@@ -33,3 +33,5 @@ class EventKind(StrEnum):
     WORKSPACE_READY = "workspace_ready"  # its worktree made and set up (path, branch, base)
     CHECKPOINT = "checkpoint"  # a turn ended: the worktree's files committed (ref, tree)
     WORKSPACE_RESTORED = "workspace_restored"  # files put back before a cut-off turn reruns
+    FORKED = "forked"  # this session began as a copy of another's conversation up to a turn
+    FORK_SEED = "fork_seed"  # the forked conversation sent to a new agent with a prompt

@@ -34,6 +34,7 @@ from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
 from actors.session.durable import await_turn_end, spare_interrupted_turn, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
+from actors.session.fork_seed import seed_text
 from actors.session.noticing import Noticing
 from actors.session.outcomes import control_write, turn_timeout_for
 from actors.session.recorder import StoreRecorder
@@ -52,7 +53,8 @@ from state_machines import (
     StoreError,
 )
 from state_machines.errors import OwnedElsewhere
-from store import CommandKind, CommandRecord, ops
+from state_machines.event_kinds import EventKind
+from store import CommandKind, CommandRecord, NewEvent, ops
 from store.ops import turns
 from store.ops.interrupted import KEPT_NOTHING, RestartTerms
 from store.ownership import this_owner
@@ -78,6 +80,9 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.turn: tuple[str, ...] | None = None  # command ids of the running turn
         self.turn_seq = 0  # the running (or last) turn's first command's seq
         self.workspace: SessionWorkspace | None = None  # from the metadata, in on_start
+        # A fork's agent that does not have the conversation yet: it is sent with the next
+        # prompt (actors/session/fork_seed.py).
+        self.needs_seed = False
         self.last_active = time.monotonic()
         self.closing = False
         self.turn_timeout: float | None = deps.settings.turn_timeout_s
@@ -282,6 +287,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
             )
             return False
         self.conn = started.conn
+        fork_of = self.facts.metadata.get("forkOf")
+        self.needs_seed = bool(fork_of) and started.how in ("new", "context_lost")
         settings = self.deps.settings
         continuation = settings.continuation_prompt
         if self.workspace is not None:
@@ -319,6 +326,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         if self.trace is not None:
             self.trace.start(claimed, self.facts.metadata, self.conn.permissions)
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
+        if self.needs_seed:
+            blocks = [self._fork_seed(ids[0]), *blocks]
         settings = self.deps.settings
         self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
         parent = self.facts.parent_id
@@ -341,6 +350,16 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         # (StoreRecorder.write_after), one commit for both.
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
         self.deps.loop.when_done(turn, done)
+
+    def _fork_seed(self, command_id: str) -> dict[str, Any]:
+        """The conversation a fork continues, as a text block before the prompt, once per
+        agent session that lacks it (recorded as a ``fork_seed`` event)."""
+        self.needs_seed = False
+        events = self.store.events(self.session_id)
+        text = seed_text(events, dict(self.facts.metadata.get("forkOf") or {}))
+        note = {"commandId": command_id, "chars": len(text)}
+        self.store.append_events(self.session_id, command_id, [NewEvent(EventKind.FORK_SEED, note)])
+        return {"type": "text", "text": text}
 
     def _turn_done(self, message: msg.TurnDone) -> None:
         if self.turn != message.command_ids:

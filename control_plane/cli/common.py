@@ -46,6 +46,7 @@ def input_errors() -> tuple[type[Exception], ...]:
     from control_plane.config import ConfigError
     from control_plane.metrics import MetricsAddressError
     from control_plane.remote.run import ListenRefused
+    from store.ops.fork import ForkRefused
 
     return (
         MetricsAddressError,
@@ -53,6 +54,7 @@ def input_errors() -> tuple[type[Exception], ...]:
         TokenNotFound,
         AgentCommandError,
         WorkspaceError,
+        ForkRefused,
         ConfigError,
         TaskFileError,
         SessionNotFound,

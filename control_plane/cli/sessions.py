@@ -250,6 +250,56 @@ def diff(
 
 
 @app.command()
+def fork(
+    typer_ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="The turn (a prompt's seq); default: the last finished one."),
+    ] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """A new session with this one's conversation up to the end of a turn, and (in a
+    workspace) a worktree at that turn's checkpoint. Its agent starts at its first prompt
+    and is sent the conversation with it."""
+    _fork(typer_ctx, session_id, at, supersede=False, json_out=json_out)
+
+
+@app.command()
+def rewind(
+    typer_ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(help="Session id.")],
+    to: Annotated[int, typer.Option("--to", help="The turn (a prompt's seq) to go back to.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """fork --at TURN, and this session closed as superseded by the new one."""
+    _fork(typer_ctx, session_id, to, supersede=True, json_out=json_out)
+
+
+def _fork(
+    typer_ctx: typer.Context, session_id: str, at: int | None, supersede: bool, json_out: bool
+) -> None:
+    ctx: Context = typer_ctx.obj
+    with errors_as_exit(), opened(ctx, run_sessions=False) as cp:
+        result = cp.fork(session_id, at, supersede=supersede)
+        fork_of = result.session.metadata.get("forkOf", {})
+        data = {
+            "session": result.session.id,
+            "forkOf": fork_of,
+            "cwd": result.session.cwd,
+            "superseded": session_id if supersede else None,
+        }
+    if json_out:
+        print_json(data)
+    else:
+        out.print(
+            f"{data['session']}: session {session_id} up to turn {fork_of.get('turn')}"
+            f"{', which is closed as superseded' if supersede else ''}; cwd {data['cwd']}",
+            highlight=False,
+        )
+
+
+@app.command()
 def close(
     typer_ctx: typer.Context, session_id: Annotated[str, typer.Argument(help="Session id.")]
 ) -> None:

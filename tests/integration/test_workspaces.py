@@ -244,3 +244,49 @@ def test_prune_removes_closed_worktrees_but_never_unsaved_work(tmp_path: Path, r
         dirty.session.id: False,
         live.session.id: True,
     }
+
+
+@pytest.mark.timeout(180)
+def test_fork_at_turn_1_of_3_has_turn_1s_files_and_conversation(tmp_path: Path, repo: Path) -> None:
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(
+            example_agent(tmp_path), repo, "#write=f1.txt:one first", workspace="worktree"
+        )
+        assert spawned.command is not None
+        sid = spawned.session.id
+        assert cp.wait(spawned.command.id, 60).ok
+        for n, word in ((2, "two second"), (3, "three third")):
+            assert cp.wait(cp.prompt(sid, f"#write=f{n}.txt:{word}").id, 60).ok
+        eventually(lambda: checkpointed(cp, sid, 3), 30, "three checkpoints")
+
+        forked = cp.fork(sid, 1)
+        fid = forked.session.id
+        assert forked.session.metadata["forkOf"] == {"session": sid, "turn": 1}
+        copied = [e for e in cp.events(fid) if e.kind == "prompt"]
+        assert [e.payload["content"][0]["text"] for e in copied] == ["#write=f1.txt:one first"]
+        answer = cp.wait(cp.prompt(fid, "#history what came before").id, 60)
+        assert answer.ok
+        wt = Path(cp.get(fid).cwd)
+        assert (wt / "f1.txt").read_text() == "one" and not (wt / "f2.txt").exists()
+        assert not (wt / "f3.txt").exists()
+        assert "first" in answer.text and "second" not in answer.text  # the seeded prefix
+        (seed,) = cp.events_of_kinds(fid, ("fork_seed",))
+        assert seed.payload["chars"] > 0
+        started = cp.events_of_kinds(fid, ("agent_started",))
+        assert [e.payload["how"] for e in started] == ["new"]
+        exported = tmp_path / "fork.jsonl"
+        cp.export_jsonl(fid, exported)
+        text = exported.read_text()
+        assert "one first" in text and "two second" not in text
+
+        rewound = cp.fork(sid, 2, supersede=True)
+        assert cp.get(sid).state.value == "closed"
+        (closed,) = cp.events_of_kinds(sid, ("closed",))
+        assert rewound.session.id in closed.payload["reason"]
+        rwt = Path(cp.get(rewound.session.id).cwd)
+        assert (rwt / "f2.txt").read_text() == "two" and not (rwt / "f3.txt").exists()
+    refused = acpctl(tmp_path, "sessions", "fork", sid, "--at", "7")
+    assert refused.returncode == 2 and "no finished turn 7" in refused.stderr, refused.stderr
+    listed = acpctl(tmp_path, "sessions", "fork", sid, "--at", "3", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["forkOf"] == {"session": sid, "turn": 3}

@@ -85,7 +85,7 @@ def test_public_all_is_pinned() -> None:
 # (control_plane/services.py). The store, actors, loop and delivery are not on this list.
 PINNED_CONTROL_PLANE = [
     *("bind_jsonl", "cancel", "children", "close", "close_session", "command", "commands"),
-    *("events", "export_jsonl", "follow", "get", "list_sessions", "open", "prompt"),
+    *("events", "export_jsonl", "follow", "fork", "get", "list_sessions", "open", "prompt"),
     *("recovery", "register_callback", "resolve_agent", "result", "set_config_option"),
     *("set_mode", "spawn"),
     *("submit_prompt", "wait", "wait_delivered"),

@@ -1,0 +1,52 @@
+"""What a forked session's new agent is told: the conversation it continues, rendered from
+the session's own log (the copied prefix and any turns since), sent with the first prompt
+that agent gets. An agent cannot be given a conversation any other way through ACP:
+``session/fork`` copies a whole session the agent still has, not a prefix."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from state_machines.event_kinds import EventKind
+from store import EventRecord
+
+
+def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:
+    lines: list[str] = []
+    reply: list[str] = []
+
+    def flush() -> None:
+        if reply:
+            lines.append("Assistant: " + "".join(reply).strip())
+            reply.clear()
+
+    for event in events:
+        payload = event.payload
+        if event.kind == EventKind.PROMPT:
+            flush()
+            texts = [
+                str(block.get("text", ""))
+                for block in payload.get("content", [])
+                if isinstance(block, dict) and block.get("type") == "text"
+            ]
+            lines.append("User: " + "\n".join(texts).strip())
+        elif event.kind == EventKind.SESSION_UPDATE:
+            update = (payload.get("params") or {}).get("update") or {}
+            kind = update.get("sessionUpdate")
+            if kind == "agent_message_chunk":
+                reply.append(str((update.get("content") or {}).get("text", "")))
+            elif kind == "tool_call":
+                flush()
+                lines.append(f"(tool call: {update.get('title') or update.get('kind') or 'tool'})")
+        elif event.kind in (EventKind.TURN_ENDED, EventKind.TURN_FAILED):
+            flush()
+    flush()
+    source, turn = fork_of.get("session"), fork_of.get("turn")
+    return (
+        f"This session continues a conversation forked from session {source} at the end of "
+        f"its turn {turn}; the files are as they were then. The conversation so far, as the "
+        "control plane recorded it:\n<conversation>\n"
+        + "\n".join(lines)
+        + "\n</conversation>\nThe user's next message follows."
+    )
