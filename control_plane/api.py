@@ -384,7 +384,12 @@ class ControlPlane(FrontEndServices):
 
         source = self.get(session_id)
         turn, up_to = self._store.read(lambda c: turn_end(c, session_id, at))
-        metadata: dict[str, Any] = {"forkOf": {"session": session_id, "turn": turn}}
+        fork_of: dict[str, Any] = {"session": session_id, "turn": turn}
+        last_turn = self._store.read(lambda c: turn_end(c, session_id, None))[0]
+        if turn == last_turn and source.acp_session_id:
+            # The agent's own conversation ends there too: an agent that can fork copies it.
+            fork_of["acpSessionId"] = source.acp_session_id
+        metadata: dict[str, Any] = {"forkOf": fork_of}
         cwd = source.cwd
         workspace = workspace_of(source.metadata)
         if workspace is not None:
@@ -410,6 +415,7 @@ class ControlPlane(FrontEndServices):
             fid, settings = result.session.id, self.settings
             setup_s = settings.workspace_setup_s
             SessionWorkspace(planned, fid, self._store, settings.log_dir, setup_s).prepare()
+        self._supervisor.notify(result.session.id)  # its agent starts (a fork is `creating`)
         if supersede and self.get(session_id).state is not SessionState.CLOSED:
             self.close_session(
                 session_id, f"superseded: rewound to turn {turn} as session {result.session.id}"

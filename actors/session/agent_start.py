@@ -40,7 +40,7 @@ SESSION_SETUP_KEYS = ("modes", "models", "configOptions")
 class StartedAgent:
     conn: AgentConnection
     acp_session_id: str
-    how: str  # "new" | "resumed" | "loaded" | "context_lost"
+    how: str  # "new" | "resumed" | "loaded" | "forked" | "context_lost"
     details: dict[str, Any]  # the agent_started event's payload
     process_tree: dict[str, Any] | None
     capabilities: tuple[tuple[str, ...], dict[str, Any]]  # (command, initialize answer)
@@ -93,9 +93,15 @@ def start_agent(
             mcp_servers += settings.client_mcp.for_launch(
                 session.id, session.metadata.get("mcpServers", [])
             )
+            fork_from = (session.metadata.get("forkOf") or {}).get("acpSessionId")
             if session.acp_session_id:
                 restoring = conn.restore_session(session.acp_session_id, mcp_servers)
                 opened = call_while_working(loop, restoring, timeout, conn, whose)
+            elif fork_from and conn.can_fork():
+                # A fork at the source's last turn, of an agent that forks: it copies its own
+                # conversation (else the conversation is sent with the first prompt).
+                forking = conn.fork_session(fork_from, mcp_servers)
+                opened = call_while_working(loop, forking, timeout, conn, whose)
             else:
                 creating = conn.new_session(mcp_servers)
                 opened = call_while_working(loop, creating, timeout, conn, whose)

@@ -29,6 +29,7 @@ from acp.schema import (
     PromptResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionForkCapabilities,
     SessionInfo,
     SessionListCapabilities,
     SessionResumeCapabilities,
@@ -118,6 +119,7 @@ class ServeAgent:
                     list=SessionListCapabilities(),
                     close=SessionCloseCapabilities(),
                     resume=SessionResumeCapabilities(),
+                    fork=SessionForkCapabilities(),
                 ),
             ),
             agent_info=SERVE_INFO,
@@ -224,6 +226,46 @@ class ServeAgent:
         self.watches.attach(session_id)
         event = await asyncio.to_thread(self.watches.latest_setup, session_id)
         return current_setup([] if event is None else [event])
+
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Any = None,
+        additional_directories: Any = None,
+        **meta: Any,
+    ) -> dict[str, Any]:
+        """A durable fork of the session at its last finished turn (``ControlPlane.fork``):
+        its agent forks its own session when it advertises ``session/fork``, else is a new
+        agent session sent the conversation with the first prompt; ``_meta.acpctl`` says
+        which. In a workspace the fork gets a worktree of its own (its cwd, in ``_meta``)."""
+        await self._session(session_id)
+        try:
+            forked = await asyncio.to_thread(
+                self.cp.fork, session_id, None, idempotency_key=idempotency_key(meta)
+            )
+        except ControlPlaneError as exc:
+            raise to_request_error(exc) from None
+        new_id = forked.session.id
+        self._remember_mcp(new_id, mcp_servers)
+        self.watches.attach(new_id, hold=True)
+        try:
+            setup = await self._agent_setup(new_id, fresh=forked.created)
+        finally:
+            asyncio.get_running_loop().call_soon(self.watches.release, new_id)
+        started = await asyncio.to_thread(
+            self.cp.events_of_kinds, new_id, (EventKind.AGENT_STARTED.value,)
+        )
+        how = started[-1].payload.get("how") if started else None
+        fork_of = dict(forked.session.metadata.get("forkOf") or {})
+        fork_of.pop("acpSessionId", None)
+        info = {
+            "forkOf": fork_of,
+            "cwd": forked.session.cwd,
+            "agentForked": how == "forked",
+            "seeded": how != "forked",  # the conversation goes with the first prompt
+        }
+        return {"sessionId": new_id, **setup, "_meta": {"acpctl": info}}
 
     def _remember_mcp(self, session_id: str, servers: Any) -> None:
         """A client's MCP servers on load/resume: the agent's next launch gets them."""

@@ -13,6 +13,7 @@ from acp.meta import AGENT_METHODS
 from acp.schema import (
     AgentCapabilities,
     AuthenticateRequest,
+    ForkSessionRequest,
     LoadSessionRequest,
     NewSessionRequest,
     ResumeSessionRequest,
@@ -91,6 +92,28 @@ class SessionRequests:
             raise AgentProtocolError(f"session/new answered without a sessionId: {response!r}")
         self.acp_session_id = session_id
         return SessionOpened(session_id, "new", response)
+
+    def can_fork(self) -> bool:
+        caps = self.capabilities.session_capabilities
+        return caps is not None and caps.fork is not None
+
+    async def fork_session(
+        self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
+    ) -> SessionOpened:
+        """``session/fork`` of a session the agent knows: a new session of the agent with
+        that one's conversation (the caller checks ``can_fork``)."""
+        request = ForkSessionRequest(
+            session_id=acp_session_id,
+            cwd=self.launch.cwd,
+            additional_directories=list(self.launch.additional_directories) or None,
+            mcp_servers=list(mcp_servers),
+        )
+        response = await self._session_request(AGENT_METHODS["session_fork"], request)
+        session_id = response.get("sessionId")
+        if not isinstance(session_id, str) or not session_id:
+            raise AgentProtocolError(f"session/fork answered without a sessionId: {response!r}")
+        self.acp_session_id = session_id
+        return SessionOpened(session_id, "forked", response)
 
     async def restore_session(
         self, acp_session_id: str, mcp_servers: Sequence[Any] = ()

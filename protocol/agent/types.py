@@ -93,5 +93,5 @@ class TurnResult:
 @dataclass(frozen=True)
 class SessionOpened:
     acp_session_id: str
-    how: str  # "new" | "resumed" | "loaded" | "context_lost"
+    how: str  # "new" | "resumed" | "loaded" | "forked" | "context_lost"
     response: dict[str, Any] = field(default_factory=dict)

@@ -21,6 +21,7 @@ Results of tool, permission, fs and history directives are appended to the reply
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import sys
@@ -50,6 +51,7 @@ from acp.schema import (
     CloseSessionResponse,
     ConfigOptionUpdate,
     CurrentModeUpdate,
+    ForkSessionResponse,
     Implementation,
     ListSessionsResponse,
     McpCapabilities,
@@ -59,6 +61,7 @@ from acp.schema import (
     SessionCloseCapabilities,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
+    SessionForkCapabilities,
     SessionInfo,
     SessionListCapabilities,
     SessionMode,
@@ -131,6 +134,7 @@ class ExampleAgent(TurnScript):
             list=SessionListCapabilities(),
             close=SessionCloseCapabilities(),
             resume=SessionResumeCapabilities() if self.options.resume else None,
+            fork=SessionForkCapabilities() if self.options.fork else None,
         )
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
@@ -228,6 +232,25 @@ class ExampleAgent(TurnScript):
         self.mcp_servers[session_id] = list(mcp_servers or [])
         self._announce_commands(session_id)
         return ResumeSessionResponse(modes=_modes(record), config_options=_config(record))
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: list[Any] | None = None, **_: Any
+    ) -> ForkSessionResponse:
+        """A new session with a copy of a stored one's history (``--fork``)."""
+        if not self.options.fork:
+            raise RequestError.method_not_found("session/fork")
+        source = self.sessions.get(session_id) or self.state.get(session_id)
+        if source is None:
+            raise RequestError.resource_not_found(session_id)
+        record = SessionRecord(
+            session_id=uuid.uuid4().hex, cwd=cwd, history=copy.deepcopy(source.history)
+        )
+        self.sessions[record.session_id] = record
+        self.mcp_servers[record.session_id] = list(mcp_servers or [])
+        self.state.save(record)
+        return ForkSessionResponse(
+            session_id=record.session_id, modes=_modes(record), config_options=_config(record)
+        )
 
     async def close_session(self, session_id: str, **_: Any) -> CloseSessionResponse:
         """Forget the session in memory (the state file keeps it for a later load)."""

@@ -22,6 +22,7 @@ class Options:
     auth_required: bool = False
     load: bool = True
     resume: bool = True
+    fork: bool = False  # advertise and serve session/fork (a copy of a stored session)
     chunk_delay_ms: int = 0
     # Answer session/load first and stream the replay after it, as Gemini CLI 0.61.0 does
     # (its loadSession starts streamHistory without awaiting it). ACP asks for the opposite.
@@ -51,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--auth-required", action="store_true")
     p.add_argument("--no-load", action="store_true")
     p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--fork", action="store_true", help="advertise and serve session/fork")
     p.add_argument("--chunk-delay-ms", type=int, default=0)
     p.add_argument("--replay-after-answer", action="store_true")
     p.add_argument("--no-http-mcp", action="store_true")
@@ -65,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         auth_required=a.auth_required,
         load=not a.no_load,
         resume=not a.no_resume,
+        fork=a.fork,
         chunk_delay_ms=a.chunk_delay_ms,
         replay_after_answer=a.replay_after_answer,
         http_mcp=not a.no_http_mcp,
