@@ -373,6 +373,7 @@ class ControlPlane(FrontEndServices):
         *,
         idempotency_key: str | None = None,
         supersede: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> SpawnResult:
         """A new session whose conversation is this one's up to the end of turn ``at`` (a
         prompt's command seq; default the last finished turn) and, for a workspace session,
@@ -389,7 +390,7 @@ class ControlPlane(FrontEndServices):
         if turn == last_turn and source.acp_session_id:
             # The agent's own conversation ends there too: an agent that can fork copies it.
             fork_of["acpSessionId"] = source.acp_session_id
-        metadata: dict[str, Any] = {"forkOf": fork_of}
+        metadata = {**(metadata or {}), "forkOf": fork_of}
         cwd = source.cwd
         workspace = workspace_of(source.metadata)
         if workspace is not None:

@@ -121,6 +121,25 @@ class RemoteServeAgent(ServeAgent):
         setup = current_setup([] if event is None else [event])
         return {**setup, "_meta": {"acpctl": {"position": position}}}
 
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        mcp_servers: Any = None,
+        additional_directories: Any = None,
+        **meta: Any,
+    ) -> dict[str, Any]:
+        answer = await super().fork_session(
+            session_id, cwd, mcp_servers, additional_directories, **meta
+        )
+        fork_id = answer["sessionId"]
+        # Followed from now: its log starts with the conversation the client forked (it has
+        # it); what the fork's agent sends waits for this answer, as for a new session.
+        position = await self._follow(fork_id, None, hold=True)
+        self.conn.hold_until_answered(fork_id)
+        answer["_meta"]["acpctl"]["position"] = position
+        return answer
+
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **meta: Any
     ) -> ListSessionsResponse:

@@ -14,6 +14,7 @@ and file access come back from the protocol loop with ``run_coroutine_threadsafe
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from typing import Any
@@ -242,7 +243,17 @@ class ServeAgent:
         await self._session(session_id)
         try:
             forked = await asyncio.to_thread(
-                self.cp.fork, session_id, None, idempotency_key=idempotency_key(meta)
+                functools.partial(
+                    self.cp.fork,
+                    session_id,
+                    None,
+                    idempotency_key=idempotency_key(meta),
+                    metadata={
+                        "via": "serve",
+                        "interruptedTurns": "report",
+                        **self.session_metadata,
+                    },
+                )
             )
         except ControlPlaneError as exc:
             raise to_request_error(exc) from None

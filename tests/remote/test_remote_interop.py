@@ -68,3 +68,27 @@ async def test_the_typescript_sdk_client_completes_a_turn_with_a_permission_requ
         await client.load(seen["sessionId"], str(tmp_path))
         assert (await client.prompt(seen["sessionId"], "later"))["stopReason"] == "end_turn"
         assert client.text(seen["sessionId"]).endswith("Echo: later")
+
+
+@pytest.mark.parametrize("transport", ["ws", "http"])
+@pytest.mark.anyio
+async def test_the_typescript_sdk_client_forks_a_session(
+    server: ListenServer, node_client: Path, tmp_path: Path, transport: str
+) -> None:
+    """``session/fork`` from the TypeScript SDK's client: the fork answers with what it is
+    (``_meta.acpctl``), and its first turn knows the conversation it was forked from."""
+    run = subprocess.run(
+        ["node", str(node_client.parent / "fork.mjs"), server.url, server.secret, transport,
+         str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["forkAdvertised"] is True
+    assert seen["forkId"] != seen["sessionId"] and seen["stopReason"] == "end_turn"
+    meta = seen["forkMeta"]
+    assert meta["forkOf"] == {"session": seen["sessionId"], "turn": 1}
+    assert isinstance(meta["position"], int)
+    assert "apples" in seen["forkText"], seen  # seeded: the example agent here has no fork
