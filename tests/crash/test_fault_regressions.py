@@ -19,6 +19,7 @@ from control_plane import (
     ControlPlane,
     SessionState,
 )
+from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 from store import EventRecord
 from tests.integration.test_storage_faults import _fill
 from tests.support.cp_harness import FAST, example_agent, invocations
@@ -103,15 +104,17 @@ def test_a_prompt_during_a_slow_passivation_is_not_recovered_as_a_dead_owners(
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("policy", ["continue", "report"])
 def test_a_prompt_an_orderly_stop_cut_short_is_not_sent_twice_into_one_conversation(
-    tmp_path: Path,
+    tmp_path: Path, policy: str
 ) -> None:
     """What the loop hit, made deterministic: a control plane is closed in order (as a
     finished driver, or Ctrl-C, does) while a turn runs; the next one resumes the agent's
     conversation, which holds the prompt already. The prompt must not go into it again: the
-    command ends ``interrupted`` (not sent again), as after a crash."""
+    command is continued (the continuation prompt, the default) or, with ``report``, ends
+    ``interrupted`` (not sent again), as after a crash."""
     db = tmp_path / "cp.db"
-    settings = replace(FAST, log_dir=str(tmp_path / "logs"))
+    settings = replace(FAST, log_dir=str(tmp_path / "logs"), interrupted_turns=policy)
     text = "#chunks=60 #delay=50 cut short by an orderly stop"
     with ControlPlane.open(db, settings=settings) as cp:
         spawned = cp.spawn(example_agent(tmp_path), tmp_path, "hi", idempotency_key="s")
@@ -126,4 +129,7 @@ def test_a_prompt_an_orderly_stop_cut_short_is_not_sent_twice_into_one_conversat
         outcome = cp.wait(command.id, 60)
         sent = [i for i in invocations(tmp_path) if i["message"] == text]
         assert len({i["sessionId"] for i in sent}) == 1  # one conversation, resumed
-        assert (len(sent), outcome.state) == (1, CommandState.INTERRUPTED), outcome
+        expected = CommandState.COMPLETED if policy == "continue" else CommandState.INTERRUPTED
+        assert (len(sent), outcome.state) == (1, expected), outcome
+        continued = [i for i in invocations(tmp_path) if i["message"] == DEFAULT_CONTINUATION]
+        assert len(continued) == (1 if policy == "continue" else 0)
