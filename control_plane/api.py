@@ -11,6 +11,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -381,25 +382,27 @@ class ControlPlane(FrontEndServices):
         rewind"). Its agent is new: the conversation is sent with its first prompt. With
         ``supersede`` (rewind) this session is closed, its reason naming the fork.
         ``ForkRefused`` for a turn that is not finished, or has no checkpoint."""
+        from store import queries
         from store.ops.fork import ForkRefused, fork_session, turn_end
 
         source = self.get(session_id)
         turn, up_to = self._store.read(lambda c: turn_end(c, session_id, at))
         fork_of: dict[str, Any] = {"session": session_id, "turn": turn}
-        last_turn = self._store.read(lambda c: turn_end(c, session_id, None))[0]
-        if turn == last_turn and source.acp_session_id:
-            # The agent's own conversation ends there too: an agent that can fork copies it.
-            fork_of["acpSessionId"] = source.acp_session_id
+        later = self._store.read(
+            lambda c: queries.events_of_kinds_after(c, session_id, ("prompt",), up_to)
+        )
         metadata = {**(metadata or {}), "forkOf": fork_of}
+        if not later and source.acp_session_id:
+            # No prompt went to the agent after that turn: its own conversation ends there
+            # too, and an agent that can fork copies it.
+            metadata["forkAgentSession"] = source.acp_session_id
         cwd = source.cwd
         workspace = workspace_of(source.metadata)
         if workspace is not None:
-            ref = f"refs/acpctl/{session_id}/{turn}"
-            try:
-                commit = git(["rev-parse", "--verify", "--quiet", ref], workspace.repo).strip()
-            except WorkspaceError:
+            commit = _checkpoint_of(workspace.repo, session_id, turn)
+            if commit is None:
                 why = f"turn {turn} of session {session_id} has no checkpoint"
-                raise ForkRefused(why) from None
+                raise ForkRefused(why)
             origin = os.path.join(workspace.repo, workspace.subdir)
             name = f"fork-{_short_name(idempotency_key)}"
             cwd, metadata = self._plan_workspace(
@@ -411,12 +414,15 @@ class ControlPlane(FrontEndServices):
             )
         )
         planned = workspace_of(result.session.metadata)
-        if planned is not None and result.created:
-            # Made now, not at its first prompt: a fork is often made to look at its files.
-            fid, settings = result.session.id, self.settings
-            setup_s = settings.workspace_setup_s
-            SessionWorkspace(planned, fid, self._store, settings.log_dir, setup_s).prepare()
-        self._supervisor.notify(result.session.id)  # its agent starts (a fork is `creating`)
+        try:
+            if planned is not None and result.created:
+                # Made now, not at its first prompt: a fork is often made to look at its
+                # files (if this fails, the fork's start makes it, or says why).
+                fid, settings = result.session.id, self.settings
+                setup_s = settings.workspace_setup_s
+                SessionWorkspace(planned, fid, self._store, settings.log_dir, setup_s).prepare()
+        finally:
+            self._supervisor.notify(result.session.id)  # its agent starts (`creating`)
         if supersede and self.get(session_id).state is not SessionState.CLOSED:
             self.close_session(
                 session_id, f"superseded: rewound to turn {turn} as session {result.session.id}"
@@ -510,3 +516,17 @@ class ControlPlane(FrontEndServices):
 def _short_name(key: str | None) -> str:
     """12 hex: of the idempotency key (the same spawn, the same name), else new."""
     return hashlib.sha256(key.encode()).hexdigest()[:12] if key else uuid.uuid4().hex[:12]
+
+
+def _checkpoint_of(repo: str, session_id: str, turn: int, wait_s: float = 10.0) -> str | None:
+    """The commit of a turn's checkpoint. It is taken just after the turn's end: a fork
+    asked at once waits for it a little."""
+    ref = f"refs/acpctl/{session_id}/{turn}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return git(["rev-parse", "--verify", "--quiet", ref], repo).strip()
+        except WorkspaceError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)

@@ -49,7 +49,7 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     setup_timeout_s = 1800
 
     [defaults]
-    workspace = "none"                # or "worktree": batch tasks and spawns get one
+    workspace = "none"                # or "worktree": batch tasks get one (a task may say)
 
     [agents.claude]
     command = "npx @zed-industries/claude-code-acp"
@@ -226,20 +226,22 @@ class Config(_Strict):
         return RuntimeSettings(**values)
 
     def agent_profiles(self) -> AgentProfiles:
+        """Per agent name: the configured options, and for a registry agent the env its
+        distribution sets (under the configured values), so every launch of a session
+        spawned by that name gets it, after a restart too."""
         from actors.agent_profiles import AgentProfile, AgentProfiles
+        from control_plane.agents.registry import registry_env
 
-        return AgentProfiles(
-            {
-                name: AgentProfile(
-                    env=dict(agent.env),
-                    passthrough=tuple(agent.passthrough),
-                    fs=agent.fs,
-                    terminals=agent.terminals,
-                    sessions_per_process=agent.sessions_per_process,
-                )
-                for name, agent in self.agents.items()
-            }
-        )
+        profiles = {name: AgentProfile(env=env) for name, env in registry_env().items()}
+        for name, agent in self.agents.items():
+            profiles[name] = AgentProfile(
+                env={**registry_env().get(name, {}), **agent.env},
+                passthrough=tuple(agent.passthrough),
+                fs=agent.fs,
+                terminals=agent.terminals,
+                sessions_per_process=agent.sessions_per_process,
+            )
+        return AgentProfiles(profiles)
 
     def agent(self, name_or_command: str | None) -> tuple[AgentSpec, str | None]:
         """An agent by configured name, ``example``, registry name, or command line

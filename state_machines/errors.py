@@ -29,6 +29,7 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     │   └── UnknownAgent       a name that is no configured, registry or runnable agent
     ├── AgentNotInstalled      a registry agent nothing here can run (control_plane/agents/)
     ├── WorkspaceError         a worktree not made, set up or checkpointed (actors/workspace/)
+    ├── ForkRefused            a fork point that is no finished turn (store/ops/fork.py)
     ├── ConfigError            a bad configuration file or value (control_plane/config.py)
     ├── TaskFileError          a bad batch task file (control_plane/batch/tasks.py)
     ├── SinkUnavailable        a sink refused events; delivery retries (actors/delivery/service.py)

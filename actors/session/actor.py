@@ -356,7 +356,19 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         agent session that lacks it (recorded as a ``fork_seed`` event)."""
         self.needs_seed = False
         events = self.store.events(self.session_id)
-        text = seed_text(events, dict(self.facts.metadata.get("forkOf") or {}))
+        # Up to this turn's own prompt event (written by its claim): the prompt follows
+        # the conversation, not inside it.
+        cut = next(
+            (
+                i
+                for i, e in enumerate(events)
+                if e.kind == EventKind.PROMPT and e.payload.get("commandId") == command_id
+            ),
+            len(events),
+        )
+        fork_of = dict(self.facts.metadata.get("forkOf") or {})
+        fork_of["workspace"] = self.workspace is not None
+        text = seed_text(events[:cut], fork_of)
         note = {"commandId": command_id, "chars": len(text)}
         self.store.append_events(self.session_id, command_id, [NewEvent(EventKind.FORK_SEED, note)])
         return {"type": "text", "text": text}

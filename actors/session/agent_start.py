@@ -93,7 +93,7 @@ def start_agent(
             mcp_servers += settings.client_mcp.for_launch(
                 session.id, session.metadata.get("mcpServers", [])
             )
-            fork_from = (session.metadata.get("forkOf") or {}).get("acpSessionId")
+            fork_from = session.metadata.get("forkAgentSession")
             if session.acp_session_id:
                 restoring = conn.restore_session(session.acp_session_id, mcp_servers)
                 opened = call_while_working(loop, restoring, timeout, conn, whose)

@@ -43,10 +43,12 @@ def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:
             flush()
     flush()
     source, turn = fork_of.get("session"), fork_of.get("turn")
+    # Only a fork with a worktree of its own has the files as they were at that turn.
+    files = "; the files are as they were then" if fork_of.get("workspace") else ""
     return (
         f"This session continues a conversation forked from session {source} at the end of "
-        f"its turn {turn}; the files are as they were then. The conversation so far, as the "
-        "control plane recorded it:\n<conversation>\n"
+        f"its turn {turn}{files}. The conversation so far, as the control plane recorded "
+        "it:\n<conversation>\n"
         + "\n".join(lines)
         + "\n</conversation>\nThe user's next message follows."
     )

@@ -20,7 +20,7 @@ from actors.workspace import (
 from actors.workspace.checkpoint import ref_of
 from actors.workspace.git import git
 from state_machines.event_kinds import EventKind
-from store import CommandRecord, NewEvent
+from store import CommandRecord, NewEvent, queries
 
 if TYPE_CHECKING:
     from store import Store
@@ -45,9 +45,16 @@ class SessionWorkspace:
         self.setup_timeout_s = setup_s
 
     def prepare(self) -> None:
-        """The worktree exists and is set up (``WorkspaceError`` when it cannot be)."""
+        """The worktree exists, is set up, and its newest checkpoint is of the last turn
+        that ended (``WorkspaceError`` when it cannot be)."""
         ready = ensure_worktree(self.spec, self.setup_log, self.setup_timeout_s)
-        if not ready.created:
+        if not ready.made:
+            self._catch_up()
+            return
+        newest = self.last_commit()
+        if newest != self.spec.base:
+            # Made again (someone removed it): its files come back from its last checkpoint.
+            self._restore(None, newest, "the worktree was made again")
             return
         baseline = take_checkpoint(self.spec, self.session_id, 0)
         payload: dict[str, Any] = {
@@ -67,6 +74,18 @@ class SessionWorkspace:
             }
         self._record(None, EventKind.WORKSPACE_READY, payload)
 
+    def _catch_up(self) -> None:
+        """A turn ended but the process died before its checkpoint: taken now (nothing ran
+        in the worktree since: the next turn starts only after a checkpoint), so a later
+        restore does not go back past that turn's edits."""
+        kinds = (EventKind.TURN_ENDED.value, EventKind.TURN_FAILED.value)
+        ended = self.store.read(lambda c: queries.last_event_of_kinds(c, self.session_id, kinds))
+        if ended is None or ended.command_id is None:
+            return
+        seq = self.store.get_command(ended.command_id).seq
+        if self._newest()[0] < seq:
+            self.checkpoint(ended.command_id, seq)
+
     def checkpoint(self, command_id: str, seq: int) -> None:
         """After a turn's end: its files to ``refs/acpctl/<session>/<seq>``. A failure is
         logged and recorded, never the turn's: the next turn's checkpoint covers it."""
@@ -85,30 +104,44 @@ class SessionWorkspace:
         }
         self._record(command_id, EventKind.CHECKPOINT, payload)
 
-    def restore_for(self, command: CommandRecord) -> None:
-        """Before a cut-off turn runs again: the files as at the last checkpoint."""
-        commit = self.last_commit()
+    def restore_for(self, command: CommandRecord) -> bool:
+        """Before a cut-off turn runs again: the files as at the last checkpoint. False
+        (recorded, logged) when they could not be put back."""
+        try:
+            commit = self.last_commit()
+        except WorkspaceError as exc:
+            log.warning("session %s: no checkpoint to restore: %s", self.session_id, exc)
+            self._record(command.id, EventKind.WORKSPACE_RESTORED, {"error": str(exc)})
+            return False
+        return self._restore(command.id, commit, "a turn was cut off")
+
+    def _restore(self, command_id: str | None, commit: str, why: str) -> bool:
         try:
             written, removed = restore(self.spec, commit)
         except WorkspaceError as exc:
             log.warning("session %s: restoring the workspace failed: %s", self.session_id, exc)
-            self._record(command.id, EventKind.WORKSPACE_RESTORED, {"error": str(exc)})
-            return
-        payload = {"to": commit, "files": written, "removed": removed[:100]}
-        self._record(command.id, EventKind.WORKSPACE_RESTORED, payload)
+            self._record(command_id, EventKind.WORKSPACE_RESTORED, {"error": str(exc)})
+            return False
+        payload = {"to": commit, "why": why, "files": written, "removed": removed[:100]}
+        self._record(command_id, EventKind.WORKSPACE_RESTORED, payload)
+        return True
 
     def last_commit(self) -> str:
         """The newest checkpoint's commit (refs are the source: a checkpoint whose event a
         crash cut off still counts), else the worktree's base."""
+        return self._newest()[1]
+
+    def _newest(self) -> tuple[int, str]:
+        """(seq, commit) of the newest checkpoint; (-1, base) when there is none."""
         prefix = ref_of(self.session_id, 0).rsplit("/", 1)[0] + "/"
         out = git(["for-each-ref", "--format=%(refname) %(objectname)", prefix], self.spec.path)
-        newest: tuple[int, str] | None = None
+        newest = (-1, self.spec.base)
         for line in out.splitlines():
             name, _, commit = line.partition(" ")
             tail = name.rsplit("/", 1)[-1]
-            if tail.isdigit() and (newest is None or int(tail) > newest[0]):
+            if tail.isdigit() and int(tail) > newest[0]:
                 newest = (int(tail), commit)
-        return self.spec.base if newest is None else newest[1]
+        return newest
 
     def _record(self, command_id: str | None, kind: EventKind, payload: dict[str, Any]) -> None:
         try:

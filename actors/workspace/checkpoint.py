@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from actors.workspace.git import git
+from actors.workspace.git import WorkspaceError, git
 from actors.workspace.spec import WorkspaceSpec
 from actors.workspace.worktree import git_dir
 
@@ -74,18 +74,27 @@ def take_checkpoint(
 
 def restore(spec: WorkspaceSpec, commit: str) -> tuple[int, list[str]]:
     """Put the worktree's files back as they were at ``commit``: its files written, files
-    made since removed (ignored files stay). Returns (files written, files removed)."""
-    now = set(_files(spec.path, current_tree(spec.path)))
+    made since removed (ignored files stay). Returns (files written, files removed).
+
+    The checkpoint's files first, ``.gitignore`` files included: what counts as ignored is
+    then what the checkpoint said, so a turn that un-ignored ``.env`` (or deleted the
+    ``.gitignore``) does not get it deleted."""
     tree = git(["rev-parse", f"{commit}^{{tree}}"], spec.path).strip()
     then = _files(spec.path, tree)
-    removed = sorted(now - set(then))
-    for name in removed:
-        target = os.path.join(spec.path, name)
-        if os.path.lexists(target):
-            os.unlink(target)
     with _scratch_index(spec.path) as env:
         git(["read-tree", tree], spec.path, env)
         git(["checkout-index", "-a", "-f"], spec.path, env)
+    now = set(_files(spec.path, current_tree(spec.path)))
+    removed = sorted(now - set(then))
+    for name in removed:
+        target = os.path.join(spec.path, name)
+        try:
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)  # a repository a turn cloned in (a gitlink)
+            elif os.path.lexists(target):
+                os.unlink(target)
+        except OSError as exc:
+            raise WorkspaceError(f"restoring {spec.path}: cannot remove {name}: {exc}") from exc
     return len(then), removed
 
 

@@ -4,6 +4,7 @@ spawn (same idempotency key) always means the same worktree."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import asdict, dataclass
@@ -58,12 +59,18 @@ def plan_worktree(
     except WorkspaceError:
         raise WorkspaceError(f"--base {base!r} names no commit in {top}") from None
     safe = safe_name(name)
+    # Two names that clean to the same text ("fix bug", "fix-bug") must not share a
+    # worktree: the branch keeps the clean name when it is the name itself, the directory
+    # always carries the name's hash (and never nests in another's).
+    tag = hashlib.sha256(name.encode()).hexdigest()[:6]
+    branch = safe if safe == name else f"{safe}-{tag}"
+    leaf = f"{safe.replace('/', '-')}-{tag}"
     subdir = os.path.relpath(os.path.realpath(cwd), os.path.realpath(top))
     return WorkspaceSpec(
         kind="worktree",
         repo=top,
-        path=os.path.join(os.path.abspath(root), os.path.basename(top), safe.replace("/", "-")),
-        branch=f"acpctl/{safe}",
+        path=os.path.join(os.path.abspath(root), os.path.basename(top), leaf),
+        branch=f"acpctl/{branch}",
         base=commit,
         subdir="" if subdir == "." else subdir,
         setup=setup,

@@ -25,6 +25,7 @@ from control_plane.agents.resolve import (
     ResolvedAgent,
     resolve_agent,
 )
+from protocol.secrets import Redactor
 from state_machines import ControlPlaneError
 
 if TYPE_CHECKING:
@@ -124,10 +125,8 @@ def doctor(name: str, config: Config, timeout_s: float) -> AgentReport:
         report.handshake = handshake(resolved.spec.command, cwd, env, timeout_s)
     except (OSError, ControlPlaneError) as exc:
         # Its stderr may echo what it was given: no configured value reaches the report.
-        problem = str(exc)
-        for secret in config.agent_profiles().secret_values(resolved.spec.name):
-            problem = problem.replace(secret, "***")
-        report.problem = f"the agent did not complete initialize: {problem}"
+        redactor = Redactor(config.agent_profiles().secret_values(resolved.spec.name))
+        report.problem = f"the agent did not complete initialize: {redactor.redact(str(exc))}"
         report.fix = _start_fix(report)
         return report
     report.usable = True
@@ -140,7 +139,7 @@ def _start_fix(report: AgentReport) -> str:
             f"{report.how} fetches the agent at its first start, which needs the network; "
             "install it instead (`acpctl agents show NAME` names the package)"
         )
-    return "run the command by hand to see its error; its stderr is in the log named above"
+    return "run the command by hand to see the whole of its error (the end of its stderr is above)"
 
 
 def handshake(

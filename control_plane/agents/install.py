@@ -113,7 +113,7 @@ def _installed(dist: Distribution, cwd: str, path: str) -> Located | None:
     if dist.kind == "npx":
         return _npm_installed(dist, cwd, path)
     names = [os.path.basename(dist.cmd)] if dist.cmd else []
-    if dist.kind == "uvx" and dist.package_name:
+    if dist.kind == "uvx" and dist.package_name and distinctive(dist.package_name):
         names.append(dist.package_name)
     for name in names:
         found = shutil.which(name, path=path)
@@ -142,12 +142,22 @@ def _npm_installed(dist: Distribution, cwd: str, path: str) -> Located | None:
         return Located((str(exe), *dist.args), "installed", dist, version, str(exe))
     # An executable of the package's name on PATH (a global install elsewhere, or the same
     # adapter published under another scope, as registries move packages between owners).
-    for name in filter(None, (dist.cmd, package.rsplit("/", 1)[-1])):
+    plain = package.rsplit("/", 1)[-1]
+    for name in filter(None, (dist.cmd, plain if distinctive(plain) else None)):
         found = shutil.which(name, path=path)
         if found:
             version = _version_beside(Path(found))
             return Located((found, *dist.args), "installed", dist, version, found)
     return None
+
+
+# Package names too common to stand for an agent when found on PATH (``@opencode/cli``,
+# ``@kilocode/cli``): some other ``cli`` is not that agent.
+GENERIC_NAMES = frozenset({"cli", "agent", "acp", "app", "server", "core", "main", "bin", "run"})
+
+
+def distinctive(name: str) -> bool:
+    return len(name) > 3 and name not in GENERIC_NAMES
 
 
 def _pick_bin(package: str, bins: object, cmd: str | None) -> tuple[str, str | None]:

@@ -134,6 +134,25 @@ def parse_registry(data: Mapping[str, Any]) -> Registry:
 
 
 @cache
+def registry_env() -> dict[str, dict[str, str]]:
+    """By every name an agent is known by (id and short names): the env its distribution
+    for this platform sets, for the agents whose distribution sets any."""
+    from control_plane.agents.install import this_platform
+
+    found: dict[str, dict[str, str]] = {}
+    names = {entry.id: [entry.id] for entry in snapshot()}
+    for short, target in ALIASES.items():
+        names.setdefault(target, []).append(short)
+    for entry in snapshot():
+        distributions = entry.distributions(this_platform())
+        env = dict(distributions[0].env) if distributions else {}
+        if env:
+            for name in names[entry.id]:
+                found[name] = env
+    return found
+
+
+@cache
 def snapshot() -> Registry:
     """The registry shipped with this package."""
     text = resources.files("control_plane.agents").joinpath("registry.json").read_text("utf-8")

@@ -35,6 +35,10 @@ def default_batch_id(tasks_path: str | os.PathLike[str]) -> str:
     return f"{Path(resolved).stem}-{hashlib.sha256(resolved.encode()).hexdigest()[:10]}"
 
 
+# The longest a finished task in a workspace waits for its turn's checkpoint to be logged.
+CHECKPOINT_WAIT_S = 30.0
+
+
 @dataclass
 class TaskRun:
     task: Task
@@ -122,7 +126,8 @@ class BatchRun:
                 )
                 if not retry:
                     self.resumed += 1
-                    self.runs.append(self._spawn(task, generation))  # returns the stored run
+                    # Returns the stored run.
+                    self.runs.append(self._spawn(task, generation, existing.agent))
                     continue
                 generation += 1
             self.runs.append(self._spawn(task, generation))
@@ -131,10 +136,15 @@ class BatchRun:
         commands = self.cp.commands(session_id)
         return commands[0] if commands else None
 
-    def _spawn(self, task: Task, generation: int) -> TaskRun:
+    def _spawn(self, task: Task, generation: int, started_with: AgentSpec | None = None) -> TaskRun:
         agent, agent_cwd = self.options.agent, None
         if task.agent is not None and self.options.agents is not None:
             agent, agent_cwd = self.options.agents(task.agent)
+        if started_with is not None and started_with.name == agent.name:
+            # The same agent by name, as the task started with it: a name resolves to the
+            # command found on this machine, which an install since (npx -> installed)
+            # changes; the task keeps its command, not an IdempotencyConflict.
+            agent = AgentSpec(started_with.name, started_with.command, env=agent.env)
         metadata: dict[str, Any] = {
             "batch": self.options.batch_id,
             "task": task.id,
@@ -167,13 +177,21 @@ class BatchRun:
             return True
         session = self.cp.get(run.session_id)
         kinds = ("checkpoint", "turn_ended", "turn_failed", "closed")
-        seen = {(e.kind, e.command_id) for e in self.cp.events_of_kinds(run.session_id, kinds)}
-        ran = ("turn_ended", run.command_id) in seen or ("turn_failed", run.command_id) in seen
+        found = self.cp.events_of_kinds(run.session_id, kinds)
+        seen = {(e.kind, e.command_id) for e in found}
+        ended = [
+            e
+            for e in found
+            if e.kind in ("turn_ended", "turn_failed") and e.command_id == run.command_id
+        ]
         done = (
             "workspace" not in session.metadata
-            or not ran
+            or not ended
             or ("checkpoint", run.command_id) in seen
             or any(kind == "closed" for kind, _ in seen)
+            # A process that died between the turn's end and its checkpoint takes it at
+            # its next start: nothing here waits for that.
+            or time.time() - ended[-1].created_at.timestamp() > CHECKPOINT_WAIT_S
         )
         if done:
             self._checkpoints_seen.add(run.command_id)

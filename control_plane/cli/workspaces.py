@@ -1,5 +1,6 @@
 """``acpctl workspaces``: the worktrees of sessions (list) and removing those of closed
-sessions (prune), never losing work that no checkpoint holds unless asked to."""
+sessions (prune), never a worktree whose files changed after its last checkpoint unless
+asked to (ignored files, build output and the like, go with the worktree)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ def prune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what, remove nothing.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
-    """Remove the worktrees of closed sessions. Their branches and checkpoint refs stay (the
-    work is in them: `acpctl sessions diff` still shows it). A worktree whose files changed
-    after its last checkpoint is kept unless --force (exit 1 when one is kept)."""
+    """Remove the worktrees of closed sessions, ignored files included. Their branches and
+    checkpoint refs stay (the work is in them: `acpctl sessions diff` still shows it). A
+    worktree whose files changed after its last checkpoint is kept unless --force (exit 1
+    when one is kept)."""
     from actors.workspace import WorkspaceError, remove_worktree
     from control_plane.workspace_views import describe, prunable, workspace_sessions
 

@@ -269,7 +269,6 @@ class ServeAgent:
         )
         how = started[-1].payload.get("how") if started else None
         fork_of = dict(forked.session.metadata.get("forkOf") or {})
-        fork_of.pop("acpSessionId", None)
         info = {
             "forkOf": fork_of,
             "cwd": forked.session.cwd,

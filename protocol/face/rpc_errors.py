@@ -43,6 +43,8 @@ def to_request_error(exc: ControlPlaneError) -> RequestError:
                 "details": str(exc),
             }
         )
+    if isinstance(exc, ValueError):  # typed input errors (a fork point, an agent name)
+        return RequestError.invalid_params({"reason": str(exc)})
     return RequestError.internal_error({"details": str(exc)})
 
 

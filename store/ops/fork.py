@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from state_machines import CommandState, ControlPlaneError
 from state_machines.event_kinds import EventKind
@@ -35,36 +35,29 @@ class ForkRefused(ControlPlaneError, ValueError):
 
 def turn_end(conn: Connection, session_id: str, turn: int | None) -> tuple[int, int]:
     """(the turn's command seq, the seq of its end event): turn ``turn`` (a prompt's
-    command seq), or the last finished turn. ``ForkRefused`` otherwise."""
-    finished = (
-        select(commands.c.id, commands.c.seq)
+    command seq), or the last turn that ended; a prompt cancelled while queued, or failed
+    at its agent's start, was no turn. ``ForkRefused`` otherwise."""
+    ends = (
+        select(commands.c.seq, func.max(events.c.seq).label("end"))
+        .join(events, events.c.command_id == commands.c.id)
         .where(
             commands.c.session_id == session_id,
             commands.c.kind == CommandKind.PROMPT.value,
             commands.c.state.in_([s.value for s in FINISHED]),
+            events.c.session_id == session_id,
+            events.c.kind.in_([EventKind.TURN_ENDED.value, EventKind.TURN_FAILED.value]),
         )
+        .group_by(commands.c.seq)
         .order_by(commands.c.seq)
     )
-    rows = conn.execute(finished).all()
+    rows = conn.execute(ends).all()
     if not rows:
         raise ForkRefused(f"session {session_id} has no finished turn to fork from")
     chosen = rows[-1] if turn is None else next((r for r in rows if r.seq == turn), None)
     if chosen is None:
         turns = ", ".join(str(r.seq) for r in rows)
         raise ForkRefused(f"session {session_id} has no finished turn {turn} (turns: {turns})")
-    end = conn.execute(
-        select(events.c.seq)
-        .where(
-            events.c.session_id == session_id,
-            events.c.command_id == chosen.id,
-            events.c.kind.in_([EventKind.TURN_ENDED.value, EventKind.TURN_FAILED.value]),
-        )
-        .order_by(events.c.seq.desc())
-        .limit(1)
-    ).scalar()
-    if end is None:
-        raise ForkRefused(f"turn {chosen.seq} of session {session_id} has no recorded end")
-    return int(chosen.seq), int(end)
+    return int(chosen.seq), int(chosen.end)
 
 
 def fork_session(

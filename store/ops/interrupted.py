@@ -8,7 +8,7 @@ Recovery puts the prompt back in the queue (``recovery.py``); at its next claim
   again, as it was;
 - the agent restored the conversation and had the prompt: with ``continue`` (the default)
   a *continuation prompt* is sent in its place, recorded as such (the ``prompt`` event has
-  ``continuation: true`` and ``continues``, the original prompt's command); the command's
+  ``continuation: true`` and ``attempt``, under the original command's id); the command's
   outcome is that turn's, counted as its next attempt; with ``report`` (and the older
   ``retry``) the command ends ``interrupted`` and is not sent again.
 

@@ -19,6 +19,7 @@ from store.queries.events import (
     events_of_kinds_after,
     events_query,
     get_binding,
+    last_event_of_kinds,
     latest_event,
     undelivered_bindings,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "get_command",
     "get_session",
     "interrupted_counts",
+    "last_event_of_kinds",
     "latest_event",
     "list_sessions",
     "list_tokens",

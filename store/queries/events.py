@@ -93,6 +93,19 @@ def latest_event(conn: Connection, session_id: str, kinds: tuple[str, ...]) -> E
     return None if row is None else event_from_row(row)
 
 
+def last_event_of_kinds(
+    conn: Connection, session_id: str, kinds: tuple[str, ...]
+) -> EventRecord | None:
+    """The session's newest event of ``kinds``."""
+    row = conn.execute(
+        select(events)
+        .where(events.c.session_id == session_id, events.c.kind.in_(kinds))
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else event_from_row(row)
+
+
 def events_of_kinds_after(
     conn: Connection, session_id: str, kinds: tuple[str, ...], after_seq: int
 ) -> list[EventRecord]:

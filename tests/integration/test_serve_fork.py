@@ -59,7 +59,9 @@ def test_session_fork_through_serve(tmp_path: Path, db: str, agent_forks: bool) 
                 init = await conn.initialize(
                     protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
                 )
-                assert init.agent_capabilities.session_capabilities.fork is not None
+                caps = init.agent_capabilities
+                assert caps is not None and caps.session_capabilities is not None
+                assert caps.session_capabilities.fork is not None
                 sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
                 await conn.prompt(session_id=sid, prompt=[text_block("remember apples")])
                 client.text(sid)

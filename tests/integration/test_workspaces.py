@@ -147,10 +147,12 @@ def test_setup_runs_in_the_new_worktree_and_its_failure_fails_the_task(
         assert bad.command is not None
         outcome = cp.wait(bad.command.id, 60)
         assert not outcome.ok
-        assert "workspace setup `echo broken >&2; exit 3` failed with exit 3" in (
-            cp.command(bad.command.id).error or ""
-        )
-        assert "broken" in (cp.command(bad.command.id).error or "")
+        error = cp.command(bad.command.id).error or ""
+        assert "workspace setup `echo broken >&2; exit 3` failed with exit 3" in error
+        # Its output is in its log, never in the store (a setup may print secrets).
+        assert "broken\n" not in error and ".setup.log" in error
+        log = error.rsplit("its output: ", 1)[1].rstrip(")")
+        assert "broken" in Path(log).read_text()
 
 
 def test_a_spawn_whose_worktree_a_crash_left_unmade_or_half_made_gets_it_at_start(
@@ -164,14 +166,30 @@ def test_a_spawn_whose_worktree_a_crash_left_unmade_or_half_made_gets_it_at_star
     assert first.command is not None and second.command is not None
     half = Path(second.session.cwd)
     assert not Path(first.session.cwd).exists() and not half.exists()
-    half.mkdir(parents=True)  # as `git worktree add` cut off by a kill leaves it
-    (half / ".git").write_text("gitdir: /nonexistent\n")
-    (half / "a.txt").write_text("partial")
+    # As a kill during `git worktree add` (or during the setup) leaves it: added, part of
+    # its files missing, never marked ready.
+    branch = second.session.metadata["workspace"]["branch"]
+    git(repo, "worktree", "add", "-b", branch, str(half), "HEAD")
+    (half / "a.txt").unlink()
+    (half / "stray.txt").write_text("partial")
+    # A directory at a planned path that is not a worktree of the repository is not ours.
+    third = None
+    with ControlPlane.open(db, run_sessions=False) as cp:
+        third = cp.spawn("example", repo, "#write=b.txt:z three", workspace="worktree")
+    assert third.command is not None
+    foreign = Path(third.session.cwd)
+    foreign.mkdir(parents=True)
+    (foreign / ".git").write_text("gitdir: /somewhere/else/.git/worktrees/x\n")
+    (foreign / "mine.txt").write_text("not the control plane's\n")
     with open_cp(tmp_path, db=str(db)) as cp:
         assert cp.wait(first.command.id, 60).ok and cp.wait(second.command.id, 60).ok
         assert (Path(first.session.cwd) / "b.txt").read_text() == "x"
         assert (half / "b.txt").read_text() == "y"
-        assert (half / "a.txt").read_text() == "hello\n"
+        assert (half / "a.txt").read_text() == "hello\n" and not (half / "stray.txt").exists()
+        refused = cp.wait(third.command.id, 60)
+        assert not refused.ok
+        assert "worktree of another repository" in (cp.command(third.command.id).error or "")
+    assert (foreign / "mine.txt").read_text() == "not the control plane's\n"  # untouched
     assert len(git(repo, "worktree", "list").splitlines()) == 3
 
 
@@ -290,3 +308,24 @@ def test_fork_at_turn_1_of_3_has_turn_1s_files_and_conversation(tmp_path: Path, 
     listed = acpctl(tmp_path, "sessions", "fork", sid, "--at", "3", "--json")
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["forkOf"] == {"session": sid, "turn": 3}
+
+
+def test_a_worktree_removed_under_a_live_session_comes_back_with_its_checkpointed_files(
+    tmp_path: Path, repo: Path
+) -> None:
+    import shutil
+
+    with open_cp(tmp_path) as cp:
+        spawned = cp.spawn(
+            example_agent(tmp_path), repo, "#write=b.txt:kept one", workspace="worktree"
+        )
+        assert spawned.command is not None and cp.wait(spawned.command.id, 60).ok
+        sid = spawned.session.id
+        eventually(lambda: checkpointed(cp, sid, 1), 30, "a checkpoint")
+    wt = Path(spawned.session.cwd)
+    shutil.rmtree(wt)
+    with open_cp(tmp_path) as cp:
+        assert cp.wait(cp.prompt(sid, "again").id, 60).ok
+        assert (wt / "b.txt").read_text() == "kept"
+        (restored,) = cp.events_of_kinds(sid, ("workspace_restored",))
+        assert restored.payload["why"] == "the worktree was made again"
