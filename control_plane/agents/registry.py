@@ -22,6 +22,7 @@ from typing import Any
 ALIASES: Mapping[str, str] = {
     "claude": "claude-acp",
     "claude-code": "claude-acp",
+    "claude-code-acp": "claude-acp",  # the registry's id for it until 2026
     "codex": "codex-acp",
     "gemini-cli": "gemini",
 }
