@@ -44,7 +44,7 @@ def test_two_remote_clients_share_a_real_agents_session(
     real_agent: RealAgent, tmp_path: Path
 ) -> None:
     cp = ControlPlaneFiles(tmp_path / "cp", real_agent.name)
-    cp.write_config(real_agent.launch)
+    cp.write_config(real_agent.launch, by_name=True)  # `serve --listen --agent NAME`
     secret = make_token(cp.db, "real-agents")
     log = cp.root / "listen.log"
     proc = cp.popen("serve", "--listen", "127.0.0.1:0", "--agent", cp.agent, log=log)

@@ -47,7 +47,9 @@ def _cp(real_agent: RealAgent, tmp_path: Path, db: str | None = None) -> Control
         if db is None
         else ControlPlaneFiles.on(tmp_path / "cp", real_agent.name, db)
     )
-    cp.write_config(real_agent.launch)
+    # `serve --agent claude|codex|gemini`: the name resolves through the registry snapshot
+    # to the installed package (docs/agents/README.md).
+    cp.write_config(real_agent.launch, by_name=True)
     return cp
 
 
