@@ -54,8 +54,9 @@ from state_machines import (
 )
 from state_machines.errors import OwnedElsewhere
 from state_machines.event_kinds import EventKind
-from store import CommandKind, CommandRecord, NewEvent, ops
+from store import CommandKind, CommandRecord, NewEvent, ops, queries
 from store.ops import turns
+from store.ops.commands import interrupt_command
 from store.ops.interrupted import KEPT_NOTHING, RestartTerms
 from store.ownership import this_owner
 from store.writer import WriteContext
@@ -230,6 +231,9 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         if not pending or self.deps.stopping.is_set():
             self.deps.slots.release(self.session_id)
             return
+        if self.workspace is not None and not self._files_restored():
+            self._continue()
+            return
         collect = self.facts.queue_mode == "collect"
         cap = self.deps.settings.max_running_children if parent_id else None
         claimed = self._write(
@@ -245,12 +249,29 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
                 self._close("the run ended interrupted")  # its prompt was not sent again
             return
         if claimed[0].kind is CommandKind.PROMPT:
-            if self.workspace is not None and claimed[0].attempts > 1:
-                self.workspace.restore_for(claimed[0])  # no half-done edit applied twice
             self._start_turn(claimed)
         else:
             self._run_control(claimed[0])
             self._continue()
+
+    def _files_restored(self) -> bool:
+        """Before the next prompt is claimed: if a crash or Ctrl-C cut it off (it was
+        claimed before), its files go back to the last checkpoint first, so no half-done
+        edit is applied twice. When they cannot be, it is not run on them: it ends
+        ``interrupted``, saying why (the files stay as the cut-off turn left them, for a
+        person to look at), and False."""
+        assert self.workspace is not None
+        head = self.store.read(lambda c: queries.next_queued(c, self.session_id))
+        if head is None or head.kind is not CommandKind.PROMPT or head.attempts == 0:
+            return True
+        if self.workspace.restore_for(head):
+            return True
+        error = (
+            "not run again: the workspace could not be restored to its last checkpoint "
+            "(see the workspace_restored event), and a cut-off turn left its files half-done"
+        )
+        self._write(lambda ctx: interrupt_command(ctx, head.id, error))
+        return False
 
     def _continue(self) -> None:
         """Give the slot back and queue for another: FIFO fairness between sessions."""

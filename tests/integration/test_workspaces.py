@@ -329,3 +329,45 @@ def test_a_worktree_removed_under_a_live_session_comes_back_with_its_checkpointe
         assert (wt / "b.txt").read_text() == "kept"
         (restored,) = cp.events_of_kinds(sid, ("workspace_restored",))
         assert restored.payload["why"] == "the worktree was made again"
+
+
+@pytest.mark.timeout(180)
+def test_a_cut_off_turn_whose_files_cannot_be_restored_is_not_run_on_them(
+    tmp_path: Path, repo: Path
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps({"id": "t", "prompt": "#write=half.txt:half #hang", "cwd": str(repo)}) + "\n"
+    )
+    args = ("batch", str(tasks), "--agent", "example", "--workspace", "worktree")
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wt_files() -> list[Path]:
+        return list((tmp_path / "workspaces").rglob("half.txt"))
+
+    try:
+        eventually(lambda: wt_files() or proc.poll() is not None, 60, "the half-done edit")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (half,) = wt_files()
+    # The session's only checkpoint made unreadable: its ref names a blob, not a commit.
+    (ref,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/acpctl/").split()
+    blob = subprocess.run(
+        ["git", "-C", str(repo), "hash-object", "-w", "--stdin"],
+        input="not a commit", capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    git(repo, "update-ref", ref, blob)
+    again = acpctl(tmp_path, *args)
+    assert again.returncode == 1, again.stderr[-3000:]
+    (row,) = results(tmp_path / "tasks.results.jsonl")
+    assert row["status"] == "interrupted" and "could not be restored" in row["error"], row
+    assert half.read_text() == "half"  # left as the cut-off turn left it, for a person
+    with ControlPlane.open(tmp_path / "cp.db", run_sessions=False) as cp:
+        (restored,) = cp.events_of_kinds(row["sessionId"], ("workspace_restored",))
+        assert "error" in restored.payload
+        prompts = cp.events_of_kinds(row["sessionId"], ("prompt",))
+        assert len(prompts) == 1  # never claimed again, never sent again
