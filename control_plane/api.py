@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import os
-import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -20,11 +17,9 @@ from typing import Any
 
 from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.delivery.service import DeliveryService
-from actors.session.workspace_steps import SessionWorkspace
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
-from actors.workspace import WorkspaceError, workspace_of
-from actors.workspace.git import git
+from control_plane import forking
 from control_plane.agents import resolve_agent
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
@@ -133,30 +128,6 @@ class ControlPlane(FrontEndServices):
 
     # -- sessions ------------------------------------------------------------------------
 
-    def _plan_workspace(
-        self,
-        kind: str,
-        cwd: str | os.PathLike[str] | None,
-        key: str | None,
-        base: str,
-        name: str | None,
-        setup: str | None,
-        metadata: dict[str, Any] | None,
-    ) -> tuple[str, dict[str, Any]]:
-        """The worktree a spawn gets (planned, not made: the session's start makes it, so
-        the spawn's commit is its recorded intent) and the metadata that records it."""
-        from actors.workspace import plan_worktree
-
-        if kind not in ("worktree", "none"):
-            raise WorkspaceError(f"workspace {kind!r}: expected 'worktree' or 'none'")
-        if kind == "none":
-            return os.fspath(cwd or os.getcwd()), dict(metadata or {})
-        if name is None:
-            name = _short_name(key)
-        root = self.settings.workspace_root or os.path.join(os.getcwd(), "workspaces")
-        planned = plan_worktree(os.fspath(cwd or os.getcwd()), name, root, base, setup)
-        return planned.cwd, {**(metadata or {}), "workspace": planned.to_json()}
-
     def resolve_agent(self, agent: AgentInput) -> AgentSpec:
         """A spec as given, else a name resolved as ``--agent`` is: the configuration's
         ``[agents.NAME]``, ``example``, a registry name (``claude``, ``codex``, ``gemini``...),
@@ -218,9 +189,10 @@ class ControlPlane(FrontEndServices):
         """
         spec = self.resolve_agent(agent)
         if workspace is not None:
-            cwd, metadata = self._plan_workspace(
-                workspace, cwd, idempotency_key, workspace_base, workspace_name, setup, metadata
-            )
+            cwd, metadata = forking.plan_workspace(
+                self.settings, workspace, cwd, idempotency_key, workspace_base, workspace_name,
+                setup, metadata,
+            )  # fmt: skip
         # Values the host handed in are kept in memory for this process's launches only.
         self.settings.agent_profiles.remember(spec)
         sinks = [x for x in (jsonl_sink, callback_sink) if x is not None]
@@ -382,48 +354,13 @@ class ControlPlane(FrontEndServices):
         rewind"). Its agent is new: the conversation is sent with its first prompt. With
         ``supersede`` (rewind) this session is closed, its reason naming the fork.
         ``ForkRefused`` for a turn that is not finished, or has no checkpoint."""
-        from store import queries
-        from store.ops.fork import ForkRefused, fork_session, turn_end
-
-        source = self.get(session_id)
-        turn, up_to = self._store.read(lambda c: turn_end(c, session_id, at))
-        fork_of: dict[str, Any] = {"session": session_id, "turn": turn}
-        later = self._store.read(
-            lambda c: queries.events_of_kinds_after(c, session_id, ("prompt",), up_to)
+        # The fork's agent starts once it is made (a fork is `creating`).
+        notify = self._supervisor.notify
+        result = forking.fork(
+            self._store, self.settings, session_id, at, idempotency_key, metadata, notify
         )
-        metadata = {**(metadata or {}), "forkOf": fork_of}
-        if not later and source.acp_session_id:
-            # No prompt went to the agent after that turn: its own conversation ends there
-            # too, and an agent that can fork copies it.
-            metadata["forkAgentSession"] = source.acp_session_id
-        cwd = source.cwd
-        workspace = workspace_of(source.metadata)
-        if workspace is not None:
-            commit = _checkpoint_of(workspace.repo, session_id, turn)
-            if commit is None:
-                why = f"turn {turn} of session {session_id} has no checkpoint"
-                raise ForkRefused(why)
-            origin = os.path.join(workspace.repo, workspace.subdir)
-            name = f"fork-{_short_name(idempotency_key)}"
-            cwd, metadata = self._plan_workspace(
-                "worktree", origin, None, commit, name, workspace.setup, metadata
-            )
-        result = self._store.write(
-            lambda ctx: fork_session(
-                ctx, session_id, turn, up_to, source.agent, cwd, metadata, idempotency_key
-            )
-        )
-        planned = workspace_of(result.session.metadata)
-        try:
-            if planned is not None and result.created:
-                # Made now, not at its first prompt: a fork is often made to look at its
-                # files (if this fails, the fork's start makes it, or says why).
-                fid, settings = result.session.id, self.settings
-                setup_s = settings.workspace_setup_s
-                SessionWorkspace(planned, fid, self._store, settings.log_dir, setup_s).prepare()
-        finally:
-            self._supervisor.notify(result.session.id)  # its agent starts (`creating`)
         if supersede and self.get(session_id).state is not SessionState.CLOSED:
+            turn = result.session.metadata["forkOf"]["turn"]
             self.close_session(
                 session_id, f"superseded: rewound to turn {turn} as session {result.session.id}"
             )
@@ -511,22 +448,3 @@ class ControlPlane(FrontEndServices):
         from control_plane.export import export_session
 
         return export_session(self._store, session_id, path)
-
-
-def _short_name(key: str | None) -> str:
-    """12 hex: of the idempotency key (the same spawn, the same name), else new."""
-    return hashlib.sha256(key.encode()).hexdigest()[:12] if key else uuid.uuid4().hex[:12]
-
-
-def _checkpoint_of(repo: str, session_id: str, turn: int, wait_s: float = 10.0) -> str | None:
-    """The commit of a turn's checkpoint. It is taken just after the turn's end: a fork
-    asked at once waits for it a little."""
-    ref = f"refs/acpctl/{session_id}/{turn}"
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            return git(["rev-parse", "--verify", "--quiet", ref], repo).strip()
-        except WorkspaceError:
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.05)

@@ -34,7 +34,7 @@ from actors.session.claimed_turns import ClaimedTurns
 from actors.session.deps import ActorDeps
 from actors.session.durable import await_turn_end, spare_interrupted_turn, write_until_taken
 from actors.session.family import children_cap_full, run_is_over, wake_siblings
-from actors.session.fork_seed import seed_text
+from actors.session.fork_seed import seed_block
 from actors.session.noticing import Noticing
 from actors.session.outcomes import control_write, turn_timeout_for
 from actors.session.recorder import StoreRecorder
@@ -53,10 +53,8 @@ from state_machines import (
     StoreError,
 )
 from state_machines.errors import OwnedElsewhere
-from state_machines.event_kinds import EventKind
-from store import CommandKind, CommandRecord, NewEvent, ops, queries
+from store import CommandKind, CommandRecord, ops
 from store.ops import turns
-from store.ops.commands import interrupt_command
 from store.ops.interrupted import KEPT_NOTHING, RestartTerms
 from store.ownership import this_owner
 from store.writer import WriteContext
@@ -231,7 +229,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         if not pending or self.deps.stopping.is_set():
             self.deps.slots.release(self.session_id)
             return
-        if self.workspace is not None and not self._files_restored():
+        if self.workspace is not None and not self.workspace.restore_before_claim(self._write):
             self._continue()
             return
         collect = self.facts.queue_mode == "collect"
@@ -253,25 +251,6 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         else:
             self._run_control(claimed[0])
             self._continue()
-
-    def _files_restored(self) -> bool:
-        """Before the next prompt is claimed: if a crash or Ctrl-C cut it off (it was
-        claimed before), its files go back to the last checkpoint first, so no half-done
-        edit is applied twice. When they cannot be, it is not run on them: it ends
-        ``interrupted``, saying why (the files stay as the cut-off turn left them, for a
-        person to look at), and False."""
-        assert self.workspace is not None
-        head = self.store.read(lambda c: queries.next_queued(c, self.session_id))
-        if head is None or head.kind is not CommandKind.PROMPT or head.attempts == 0:
-            return True
-        if self.workspace.restore_for(head):
-            return True
-        error = (
-            "not run again: the workspace could not be restored to its last checkpoint "
-            "(see the workspace_restored event), and a cut-off turn left its files half-done"
-        )
-        self._write(lambda ctx: interrupt_command(ctx, head.id, error))
-        return False
 
     def _continue(self) -> None:
         """Give the slot back and queue for another: FIFO fairness between sessions."""
@@ -347,8 +326,10 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         if self.trace is not None:
             self.trace.start(claimed, self.facts.metadata, self.conn.permissions)
         blocks = [block for c in claimed for block in c.payload.get("content", [])]
-        if self.needs_seed:
-            blocks = [self._fork_seed(ids[0]), *blocks]
+        if self.needs_seed:  # once per agent session that lacks the forked conversation
+            self.needs_seed = False
+            fork_of = {**self.facts.metadata["forkOf"], "workspace": self.workspace is not None}
+            blocks = [seed_block(self.store, self.session_id, ids[0], fork_of), *blocks]
         settings = self.deps.settings
         self.turn_timeout = turn_timeout_for(self.facts.metadata, self.deps.settings.turn_timeout_s)
         parent = self.facts.parent_id
@@ -371,28 +352,6 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         # (StoreRecorder.write_after), one commit for both.
         turn = self.conn.prompt(blocks, self.turn_timeout, settings.cancel_grace_s, durable=False)
         self.deps.loop.when_done(turn, done)
-
-    def _fork_seed(self, command_id: str) -> dict[str, Any]:
-        """The conversation a fork continues, as a text block before the prompt, once per
-        agent session that lacks it (recorded as a ``fork_seed`` event)."""
-        self.needs_seed = False
-        events = self.store.events(self.session_id)
-        # Up to this turn's own prompt event (written by its claim): the prompt follows
-        # the conversation, not inside it.
-        cut = next(
-            (
-                i
-                for i, e in enumerate(events)
-                if e.kind == EventKind.PROMPT and e.payload.get("commandId") == command_id
-            ),
-            len(events),
-        )
-        fork_of = dict(self.facts.metadata.get("forkOf") or {})
-        fork_of["workspace"] = self.workspace is not None
-        text = seed_text(events[:cut], fork_of)
-        note = {"commandId": command_id, "chars": len(text)}
-        self.store.append_events(self.session_id, command_id, [NewEvent(EventKind.FORK_SEED, note)])
-        return {"type": "text", "text": text}
 
     def _turn_done(self, message: msg.TurnDone) -> None:
         if self.turn != message.command_ids:

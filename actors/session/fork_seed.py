@@ -9,7 +9,29 @@ from collections.abc import Iterable
 from typing import Any
 
 from state_machines.event_kinds import EventKind
-from store import EventRecord
+from store import EventRecord, NewEvent, Store
+
+
+def seed_block(
+    store: Store, session_id: str, command_id: str, fork_of: dict[str, Any]
+) -> dict[str, Any]:
+    """The text block sent before the prompt of ``command_id``, recorded as a ``fork_seed``
+    event (its length: the text is derivable from the log)."""
+    events = store.events(session_id)
+    # Up to this turn's own prompt event (written by its claim): the prompt follows the
+    # conversation, not inside it.
+    cut = next(
+        (
+            i
+            for i, e in enumerate(events)
+            if e.kind == EventKind.PROMPT and e.payload.get("commandId") == command_id
+        ),
+        len(events),
+    )
+    text = seed_text(events[:cut], fork_of)
+    note = {"commandId": command_id, "chars": len(text)}
+    store.append_events(session_id, command_id, [NewEvent(EventKind.FORK_SEED, note)])
+    return {"type": "text", "text": text}
 
 
 def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actors.workspace import (
@@ -20,7 +21,9 @@ from actors.workspace import (
 from actors.workspace.checkpoint import ref_of
 from actors.workspace.git import git
 from state_machines.event_kinds import EventKind
-from store import CommandRecord, NewEvent, queries
+from store import CommandKind, CommandRecord, NewEvent, queries
+from store.ops.commands import interrupt_command
+from store.writer import WriteContext
 
 if TYPE_CHECKING:
     from store import Store
@@ -103,6 +106,24 @@ class SessionWorkspace:
             "ms": round(made.seconds * 1000, 1),
         }
         self._record(command_id, EventKind.CHECKPOINT, payload)
+
+    def restore_before_claim(self, write: Callable[[Callable[[WriteContext], Any]], Any]) -> bool:
+        """Before the next prompt is claimed: if a crash or Ctrl-C cut it off (it was
+        claimed before), its files go back to the last checkpoint first, so no half-done
+        edit is applied twice. When they cannot be, it is not run on them: it ends
+        ``interrupted`` through ``write``, saying why (the files stay as the cut-off turn
+        left them, for a person to look at), and False."""
+        head = self.store.read(lambda c: queries.next_queued(c, self.session_id))
+        if head is None or head.kind is not CommandKind.PROMPT or head.attempts == 0:
+            return True
+        if self.restore_for(head):
+            return True
+        error = (
+            "not run again: the workspace could not be restored to its last checkpoint "
+            "(see the workspace_restored event), and a cut-off turn left its files half-done"
+        )
+        write(lambda ctx: interrupt_command(ctx, head.id, error))
+        return False
 
     def restore_for(self, command: CommandRecord) -> bool:
         """Before a cut-off turn runs again: the files as at the last checkpoint. False

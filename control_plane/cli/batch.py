@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
@@ -14,17 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.live import Live
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
+from control_plane.cli.batch_checks import check_task_agents, check_task_workspaces
+from control_plane.cli.batch_progress import next_run_after_interrupt, run_with_progress
 from control_plane.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -39,8 +31,7 @@ from control_plane.cli.common import (
 
 if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
     from control_plane.api import ControlPlane
-    from control_plane.batch.run import BatchRun, Counts
-    from control_plane.batch.tasks import Task
+    from control_plane.batch.run import Counts
     from control_plane.config import Config
 
 
@@ -92,13 +83,6 @@ def _sessions_per_agent(flag: int | None, config: Config) -> int:
     return BATCH_SESSIONS_PER_AGENT
 
 
-def _progress_line(counts: Counts, total: int) -> str:
-    return (
-        f"done {counts.done}  running {counts.running}  failed {counts.failed}  "
-        f"queued {counts.queued}  of {total}"
-    )
-
-
 def run_batch(
     ctx: Context,
     tasks_file: Path,
@@ -130,10 +114,10 @@ def run_batch(
     config = ctx.config()
     policy = interrupted.value if interrupted is not None else config.interrupted_turns
     spec, agent_cwd = config.agent(agent)
-    _check_task_agents(tasks_file, tasks, config)
+    check_task_agents(tasks_file, tasks, config)
     default_cwd = agent_cwd or os.getcwd()
     chosen = workspace.value if workspace is not None else config.defaults.workspace
-    _check_task_workspaces(tasks_file, tasks, chosen, base, default_cwd)
+    check_task_workspaces(tasks_file, tasks, chosen, base, default_cwd)
     # The input is good: the first task's agent starts now, before the runner is imported
     # (the SDK's schema alone is ~0.8 s of CPU), so the agent's own start-up (its imports,
     # as long again) runs while the runtime loads and the store opens; the first session
@@ -192,7 +176,7 @@ def run_batch(
             )
         cut_off: Counts | None = None
         try:
-            counts = _run_with_progress(batch, total, json_out)
+            counts = run_with_progress(batch, total, json_out)
         except KeyboardInterrupt:
             # Read while the store is open; said once the actors have stopped (each turn
             # cut off is spared its attempt on the way: ops.spare_attempts).
@@ -239,65 +223,6 @@ def run_batch(
         if options.transcripts_dir is not None:
             out.print(f"transcripts: {options.transcripts_dir}")
     return EXIT_FAILED if counts.failed else EXIT_OK
-
-
-def _run_with_progress(batch: BatchRun, total: int, json_out: bool) -> Counts:
-    """``batch.run`` with a progress bar on a terminal, else a line per change."""
-    if sys.stderr.isatty() and not json_out:
-        progress = Progress(
-            TextColumn("[bold]batch[/]"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.fields[line]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err,
-        )
-        bar = progress.add_task("batch", total=total, line="")
-        with Live(progress, console=err, refresh_per_second=8):
-            return batch.run(
-                lambda c: progress.update(bar, completed=c.finished, line=_progress_line(c, total))
-            )
-    last = [""]
-
-    def report(c: Counts) -> None:
-        line = _progress_line(c, total)
-        if line != last[0] and not json_out:
-            err.print(line, highlight=False)
-            last[0] = line
-
-    return batch.run(report)
-
-
-def next_run_after_interrupt(counts: Counts, total: int, policy: str) -> str:
-    """What Ctrl-C prints: what running the same command again will do, task by task."""
-    lines = ["interrupted; nothing is lost. The same command again:"]
-    if counts.done:
-        lines.append(f"  keeps the {counts.done} task(s) done (never run twice);")
-    if counts.failed:
-        lines.append(
-            f"  keeps the {counts.failed} failed task(s) as they are (--retry-failed runs "
-            "them again);"
-        )
-    if counts.running:
-        if policy == "continue":
-            what = (
-                "continues them: where the agent restores its conversation it is sent the "
-                "continuation prompt (continuation_prompt), where it lost the conversation "
-                "or never got the prompt, the prompt again"
-            )
-        else:
-            what = (
-                "reports those whose agent restores its conversation 'interrupted' (exit 1; "
-                "--interrupted continue would continue them) and sends the prompt again to "
-                "an agent that lost it"
-            )
-        lines.append(f"  {counts.running} task(s) cut off mid-turn: {what};")
-    if counts.queued:
-        lines.append(f"  runs the {counts.queued} task(s) not started yet;")
-    lines.append(f"  and writes one result line for each of the {total} tasks.")
-    return "\n".join(lines)
 
 
 def batch_command(
@@ -448,47 +373,3 @@ def demo_command(
     out.print(f"store: {ctx.db}")
     out.print(f"inspect: acpctl --db {ctx.db} sessions list")
     raise typer.Exit(code)
-
-
-def _check_task_workspaces(
-    tasks_file: Path, tasks: list[Task], default: str, base: str, default_cwd: str
-) -> None:
-    """Every task that gets a worktree has its cwd in a git repository where ``base``
-    names a commit, before anything is opened or made (nothing is created otherwise)."""
-    from actors.workspace import WorkspaceError, plan_worktree
-    from control_plane.batch.tasks import TaskFileError
-
-    problems = []
-    checked: dict[str, str | None] = {}
-    for task in tasks:
-        if (task.workspace or default) != "worktree":
-            continue
-        cwd = task.cwd or default_cwd
-        if cwd not in checked:
-            try:
-                plan_worktree(cwd, "check", os.devnull, base)
-                checked[cwd] = None
-            except WorkspaceError as exc:
-                checked[cwd] = str(exc)
-        if checked[cwd] is not None:
-            problems.append(f"task {task.id!r}: {checked[cwd]}")
-    if problems:
-        raise TaskFileError(str(tasks_file), problems)
-
-
-def _check_task_agents(tasks_file: Path, tasks: list[Task], config: Config) -> None:
-    """Every task's own ``agent`` resolves (a configured name or a usable command line)
-    before the store is opened: a bad one stops the batch before any task runs."""
-    from control_plane.agents import AgentCommandError
-    from control_plane.batch.tasks import TaskFileError
-
-    problems = []
-    for task in tasks:
-        if task.agent is None:
-            continue
-        try:
-            config.agent(task.agent)
-        except AgentCommandError as exc:
-            problems.append(f"task {task.id!r}: {exc}")
-    if problems:
-        raise TaskFileError(str(tasks_file), problems)
