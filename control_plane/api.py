@@ -20,7 +20,6 @@ from actors.delivery.service import DeliveryService
 from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from control_plane import forking
-from control_plane.agents import resolve_agent
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
 from control_plane.outcome import Outcome
@@ -128,14 +127,6 @@ class ControlPlane(FrontEndServices):
 
     # -- sessions ------------------------------------------------------------------------
 
-    def resolve_agent(self, agent: AgentInput) -> AgentSpec:
-        """A spec as given, else a name resolved as ``--agent`` is: the configuration's
-        ``[agents.NAME]``, ``example``, a registry name (``claude``, ``codex``, ``gemini``...),
-        else a command line (``UnknownAgent`` for a word that is none of them)."""
-        if isinstance(agent, AgentSpec):
-            return agent
-        return resolve_agent(agent, self.settings.configured_agents).spec
-
     def spawn(
         self,
         agent: AgentInput,
@@ -181,11 +172,8 @@ class ControlPlane(FrontEndServices):
         ``placement`` says which nodes of a shared store may run it (``Placement(node=...)``
         or ``Placement(labels=(...))``; default any, or the parent's for a child).
 
-        ``workspace="worktree"``: the agent works in a new git worktree of ``cwd``'s
-        repository at ``workspace_base``, on a branch ``acpctl/<workspace_name>`` (default:
-        from the idempotency key, else a new id), with ``setup`` run in it first; its files
-        are checkpointed at every turn end (``docs/workspaces.md``). ``WorkspaceError`` when
-        ``cwd`` is not in a git repository (nothing is created).
+        ``workspace="worktree"``: a git worktree of ``cwd``'s repository at ``workspace_base``,
+        set up with ``setup``, checkpointed at every turn end (``docs/workspaces.md``).
         """
         spec = self.resolve_agent(agent)
         if workspace is not None:
@@ -348,12 +336,9 @@ class ControlPlane(FrontEndServices):
         supersede: bool = False,
         metadata: dict[str, Any] | None = None,
     ) -> SpawnResult:
-        """A new session whose conversation is this one's up to the end of turn ``at`` (a
-        prompt's command seq; default the last finished turn) and, for a workspace session,
-        whose worktree starts at that turn's checkpoint (``docs/workspaces.md``, "Fork and
-        rewind"). Its agent is new: the conversation is sent with its first prompt. With
-        ``supersede`` (rewind) this session is closed, its reason naming the fork.
-        ``ForkRefused`` for a turn that is not finished, or has no checkpoint."""
+        """A new session with this one's conversation up to turn ``at`` (default the last)
+        and, in a workspace, a worktree at its checkpoint; ``supersede`` (rewind) closes this
+        one (``docs/workspaces.md``, "Fork and rewind"; ``ForkRefused``)."""
         # The fork's agent starts once it is made (a fork is `creating`).
         notify = self._supervisor.notify
         result = forking.fork(

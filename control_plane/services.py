@@ -19,7 +19,7 @@ from actors.supervisor import Supervisor
 from protocol.agent.connection import AgentConnection
 from protocol.loop import ProtocolLoop
 from state_machines import StoreError
-from store import CommittedEvent, EventRecord, SessionRecord, Store, ops, queries
+from store import AgentSpec, CommittedEvent, EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionWatch
 from store.hashing import command_hash
 from store.location import StoreLocation
@@ -69,6 +69,16 @@ class FrontEndServices:
     def store_path(self) -> str:
         """The store's file, or its PostgreSQL URL with the password masked."""
         return self._store.path
+
+    def resolve_agent(self, agent: AgentSpec | str | list[str] | tuple[str, ...]) -> AgentSpec:
+        """A spec as given, else a name resolved as ``--agent`` is: the configuration's
+        ``[agents.NAME]``, ``example``, a registry name (``claude``, ``codex``, ``gemini``...),
+        else a command line (``UnknownAgent`` for a word that is none of them)."""
+        from control_plane.agents import resolve_agent
+
+        if isinstance(agent, AgentSpec):
+            return agent
+        return resolve_agent(agent, self.settings.configured_agents).spec
 
     def expect_http_tools(self) -> None:
         """Load the subagent tools' HTTP endpoint now, not at its first connection: an agent

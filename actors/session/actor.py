@@ -41,7 +41,7 @@ from actors.session.recorder import StoreRecorder
 from actors.session.turn_end import TurnEnder
 from actors.session.turn_trace import TurnTrace
 from actors.session.workspace_steps import RESTORED_NOTE, SessionWorkspace
-from actors.workspace import WorkspaceError, workspace_of
+from actors.workspace import WorkspaceError
 from protocol.agent.connection import AgentConnection
 from protocol.os_thread_name import name_this_thread
 from state_machines import (
@@ -110,15 +110,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.recorder.epoch = self.epoch
         # What never changes after the spawn (parent, queue mode, metadata), read once.
         self.facts = self.store.get_session(self.session_id)
-        spec = workspace_of(self.facts.metadata)
-        settings = self.deps.settings
-        self.workspace = (
-            None
-            if spec is None
-            else SessionWorkspace(
-                spec, self.session_id, self.store, settings.log_dir, settings.workspace_setup_s
-            )
-        )
+        self.workspace = SessionWorkspace.of(self.facts, self.store, self.deps.settings)
 
     def on_stop(self) -> None:
         self.stop_asked = True

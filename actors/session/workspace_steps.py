@@ -17,6 +17,7 @@ from actors.workspace import (
     ensure_worktree,
     restore,
     take_checkpoint,
+    workspace_of,
 )
 from actors.workspace.checkpoint import ref_of
 from actors.workspace.git import git
@@ -26,7 +27,8 @@ from store.ops.commands import interrupt_command
 from store.writer import WriteContext
 
 if TYPE_CHECKING:
-    from store import Store
+    from actors.settings import RuntimeSettings
+    from store import SessionRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,16 @@ class SessionWorkspace:
         self.store = store
         self.setup_log = os.path.join(log_dir, f"{session_id}.setup.log")
         self.setup_timeout_s = setup_s
+
+    @classmethod
+    def of(
+        cls, session: SessionRecord, store: Store, settings: RuntimeSettings
+    ) -> SessionWorkspace | None:
+        """The session's workspace, if its metadata gives it one."""
+        spec = workspace_of(session.metadata)
+        if spec is None:
+            return None
+        return cls(spec, session.id, store, settings.log_dir, settings.workspace_setup_s)
 
     def prepare(self) -> None:
         """The worktree exists, is set up, and its newest checkpoint is of the last turn

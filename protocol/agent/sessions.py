@@ -86,12 +86,16 @@ class SessionRequests:
             additional_directories=list(self.launch.additional_directories) or None,
             mcp_servers=list(mcp_servers),
         )
-        response = await self._session_request(AGENT_METHODS["session_new"], request)
+        return await self._open(AGENT_METHODS["session_new"], request, "new")
+
+    async def _open(self, method: str, request: BaseModel, how: str) -> SessionOpened:
+        """session/new or session/fork: the agent's answer names the new session."""
+        response = await self._session_request(method, request)
         session_id = response.get("sessionId")
         if not isinstance(session_id, str) or not session_id:
-            raise AgentProtocolError(f"session/new answered without a sessionId: {response!r}")
+            raise AgentProtocolError(f"{method} answered without a sessionId: {response!r}")
         self.acp_session_id = session_id
-        return SessionOpened(session_id, "new", response)
+        return SessionOpened(session_id, how, response)
 
     def can_fork(self) -> bool:
         caps = self.capabilities.session_capabilities
@@ -108,12 +112,7 @@ class SessionRequests:
             additional_directories=list(self.launch.additional_directories) or None,
             mcp_servers=list(mcp_servers),
         )
-        response = await self._session_request(AGENT_METHODS["session_fork"], request)
-        session_id = response.get("sessionId")
-        if not isinstance(session_id, str) or not session_id:
-            raise AgentProtocolError(f"session/fork answered without a sessionId: {response!r}")
-        self.acp_session_id = session_id
-        return SessionOpened(session_id, "forked", response)
+        return await self._open(AGENT_METHODS["session_fork"], request, "forked")
 
     async def restore_session(
         self, acp_session_id: str, mcp_servers: Sequence[Any] = ()

@@ -79,20 +79,13 @@ from protocol.example_agent.directives import (
 )
 from protocol.example_agent.options import Options, parse_args
 from protocol.example_agent.script import TurnScript, TurnState
-from protocol.example_agent.state import (
-    SessionRecord,
-    StateFile,
-    Turn,
-    utc_now,
-)
+from protocol.example_agent.state import SessionRecord, StateFile, Turn, utc_now
 
 log = logging.getLogger("example_agent")
 
 MODES = (SessionMode(id="default", name="Default"), SessionMode(id="plan", name="Plan"))
 MODELS = {"example-small": "Example Small", "example-large": "Example Large"}
 STDERR_WRITE = 64 * 1024
-
-
 TOKEN_HELP = "Set EXAMPLE_AGENT_TOKEN in the agent's environment, or call authenticate"
 SLASH_COMMANDS = [
     AvailableCommand(name="history", description="Show what this session was asked so far"),
@@ -170,10 +163,7 @@ class ExampleAgent(TurnScript):
         """Create and persist a session so that a restarted process can load it."""
         if self.options.auth_required and not self._authenticated():
             raise RequestError(-32000, "Authentication required", {"authMethods": ["token"]})
-        record = SessionRecord(session_id=uuid.uuid4().hex, cwd=cwd)
-        self.sessions[record.session_id] = record
-        self.mcp_servers[record.session_id] = list(mcp_servers or [])
-        self.state.save(record)
+        record = self._keep(SessionRecord(session_id=uuid.uuid4().hex, cwd=cwd), mcp_servers)
         self._announce_commands(record.session_id)
         return NewSessionResponse(
             session_id=record.session_id, modes=_modes(record), config_options=_config(record)
@@ -242,12 +232,8 @@ class ExampleAgent(TurnScript):
         source = self.sessions.get(session_id) or self.state.get(session_id)
         if source is None:
             raise RequestError.resource_not_found(session_id)
-        record = SessionRecord(
-            session_id=uuid.uuid4().hex, cwd=cwd, history=copy.deepcopy(source.history)
-        )
-        self.sessions[record.session_id] = record
-        self.mcp_servers[record.session_id] = list(mcp_servers or [])
-        self.state.save(record)
+        history = copy.deepcopy(source.history)
+        record = self._keep(SessionRecord(uuid.uuid4().hex, cwd, history=history), mcp_servers)
         return ForkSessionResponse(
             session_id=record.session_id, modes=_modes(record), config_options=_config(record)
         )
@@ -337,6 +323,13 @@ class ExampleAgent(TurnScript):
             stop_reason=stop_reason,
             usage=Usage(input_tokens=inputs, output_tokens=outputs, total_tokens=inputs + outputs),
         )
+
+    def _keep(self, record: SessionRecord, mcp_servers: list[Any] | None) -> SessionRecord:
+        """A new session, live in this process and saved for a later load."""
+        self.sessions[record.session_id] = record
+        self.mcp_servers[record.session_id] = list(mcp_servers or [])
+        self.state.save(record)
+        return record
 
     def _attach(self, session_id: str, cwd: str) -> SessionRecord:
         """Find a session in memory or the state file and make it live in this process."""

@@ -197,27 +197,8 @@ def test_a_spawn_whose_worktree_a_crash_left_unmade_or_half_made_gets_it_at_star
 def test_kill_9_mid_turn_puts_the_files_back_before_the_turn_runs_again(
     tmp_path: Path, repo: Path
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
     # The turn writes a file, then hangs: kill -9 while it hangs.
-    tasks.write_text(
-        json.dumps({"id": "t", "prompt": "#write=half.txt:half #hang", "cwd": str(repo)}) + "\n"
-    )
-    args = ("batch", str(tasks), "--agent", "example", "--workspace", "worktree")
-    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), *args]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def wt_files() -> list[Path]:
-        return list((tmp_path / "workspaces").rglob("half.txt"))
-
-    try:
-        eventually(lambda: wt_files() or proc.poll() is not None, 60, "the half-done edit")
-        assert wt_files(), proc.returncode
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    (half,) = wt_files()
+    args, half = _batch_killed_after_a_half_done_edit(tmp_path, repo)
     again = acpctl(tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
     (row,) = results(tmp_path / "tasks.results.jsonl")
@@ -335,25 +316,7 @@ def test_a_worktree_removed_under_a_live_session_comes_back_with_its_checkpointe
 def test_a_cut_off_turn_whose_files_cannot_be_restored_is_not_run_on_them(
     tmp_path: Path, repo: Path
 ) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(
-        json.dumps({"id": "t", "prompt": "#write=half.txt:half #hang", "cwd": str(repo)}) + "\n"
-    )
-    args = ("batch", str(tasks), "--agent", "example", "--workspace", "worktree")
-    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), *args]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def wt_files() -> list[Path]:
-        return list((tmp_path / "workspaces").rglob("half.txt"))
-
-    try:
-        eventually(lambda: wt_files() or proc.poll() is not None, 60, "the half-done edit")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    (half,) = wt_files()
+    args, half = _batch_killed_after_a_half_done_edit(tmp_path, repo)
     # The session's only checkpoint made unreadable: its ref names a blob, not a commit.
     (ref,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/acpctl/").split()
     blob = subprocess.run(
@@ -371,3 +334,31 @@ def test_a_cut_off_turn_whose_files_cannot_be_restored_is_not_run_on_them(
         assert "error" in restored.payload
         prompts = cp.events_of_kinds(row["sessionId"], ("prompt",))
         assert len(prompts) == 1  # never claimed again, never sent again
+
+
+def _batch_killed_after_a_half_done_edit(
+    tmp_path: Path, repo: Path
+) -> tuple[tuple[str, ...], Path]:
+    """A batch whose one task, in a worktree, writes ``half.txt`` and hangs, killed -9 then:
+    the batch's arguments and the half-done file."""
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        json.dumps({"id": "t", "prompt": "#write=half.txt:half #hang", "cwd": str(repo)}) + "\n"
+    )
+    args = ("batch", str(tasks), "--agent", "example", "--workspace", "worktree")
+    cmd = [sys.executable, "-m", "control_plane.cli", "--db", str(tmp_path / "cp.db"), *args]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wt_files() -> list[Path]:
+        return list((tmp_path / "workspaces").rglob("half.txt"))
+
+    try:
+        eventually(lambda: wt_files() or proc.poll() is not None, 60, "the half-done edit")
+        assert wt_files(), proc.returncode
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (half,) = wt_files()
+    return args, half
