@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from control_plane import CommandState
+from control_plane import CommandState, ControlPlane
 from store import AgentSpec
 from tests.support.cp_harness import open_cp
 
@@ -50,6 +50,14 @@ def release_leftovers(work: Path) -> bool:
     return True
 
 
+def _agent_has_prompt(cp: ControlPlane, session_id: str, command_id: str) -> bool:
+    if cp.command(command_id).state is not CommandState.RUNNING:
+        return False
+    return any(
+        e.kind == "session_update" and e.command_id == command_id for e in cp.events(session_id)
+    )
+
+
 def main(argv: list[str]) -> int:
     work = Path(argv[0]).resolve()
     db = argv[1] if len(argv) > 1 else None  # the test's store (either backend)
@@ -57,7 +65,9 @@ def main(argv: list[str]) -> int:
         spawned = cp.spawn(tree_agent(work), work, "#hang", idempotency_key="tree")
         assert spawned.command is not None
         deadline = time.monotonic() + 60
-        while cp.command(spawned.command.id).state is not CommandState.RUNNING:
+        # Running and the agent's first update stored: the agent has the prompt, so the
+        # restart continues the turn rather than sending "#hang" again (which would hang).
+        while not _agent_has_prompt(cp, spawned.session.id, spawned.command.id):
             assert time.monotonic() < deadline
             time.sleep(0.02)
         print(f"running {spawned.session.id}", flush=True)
