@@ -118,6 +118,10 @@ class RuntimeSettings:
     sessions_per_agent: int = 1
     # How long a shared agent process without sessions waits for the next one.
     shared_agent_idle_s: float = 60.0
+    # The ``[retention]`` schedule a process that runs sessions applies (a
+    # control_plane.retention.policy.ScheduledGc; ``Any``: the actors never import the
+    # control plane), or None.
+    retention: Any = None
 
     def sessions_per_process(self, agent_name: str) -> int:
         own = self.agent_profiles.get(agent_name).sessions_per_process

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from control_plane.agents import AgentCommandError, AgentNotInstalled, UnknownAgent
     from control_plane.api import ControlPlane
     from control_plane.async_api import AsyncControlPlane
+    from control_plane.importing import ImportOutcome
     from control_plane.outcome import Outcome
     from protocol.agent.permissions import Decision, PermissionPolicy
+    from protocol.transcript.reader import TranscriptFormatError
     from state_machines import (
         AgentExited,
         AgentProtocolError,
@@ -59,6 +61,8 @@ if TYPE_CHECKING:
     )
     from store.migrate import SchemaTooNew
     from store.placement import InvalidPlacement, Placement
+    from store.queries.search import SearchFilters, SearchHit
+    from store.search_query import SearchQueryError
     from store.usage import Budget, BudgetAction
 
 __all__ = [
@@ -85,6 +89,7 @@ __all__ = [
     "EventRecord",
     "IdempotencyConflict",
     "IllegalTransition",
+    "ImportOutcome",
     "IntegrityCheck",
     "InvalidPlacement",
     "LimitExceeded",
@@ -97,6 +102,9 @@ __all__ = [
     "RecoveryReport",
     "RuntimeSettings",
     "SchemaTooNew",
+    "SearchFilters",
+    "SearchHit",
+    "SearchQueryError",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
@@ -108,6 +116,7 @@ __all__ = [
     "StoreOptions",
     "StoreUnavailable",
     "Synchronous",
+    "TranscriptFormatError",
     "UnknownAgent",
 ]
 
@@ -121,9 +130,14 @@ _SOURCES: dict[str, str] = {
     "Budget": "store.usage",
     "Placement": "store.placement",
     "InvalidPlacement": "store.placement",
+    "SearchFilters": "store.queries.search",
+    "SearchHit": "store.queries.search",
+    "SearchQueryError": "store.search_query",
     "BudgetAction": "store.usage",
     "ControlPlane": "control_plane.api",
     "AsyncControlPlane": "control_plane.async_api",
+    "ImportOutcome": "control_plane.importing",
+    "TranscriptFormatError": "protocol.transcript.reader",
     "Outcome": "control_plane.outcome",
     "QueueMode": "state_machines",
     "Decision": "protocol.agent.permissions",

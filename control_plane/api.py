@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.delivery.service import DeliveryService
@@ -46,6 +46,10 @@ from store import (
 from store.placement import Placement
 from store.usage import Budget
 
+if TYPE_CHECKING:  # the transcript reader is imported by the import itself
+    from control_plane.importing import ImportOutcome
+    from control_plane.retention.schedule import RetentionSchedule
+
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
 
@@ -70,6 +74,8 @@ class ControlPlane(FrontEndServices):
         self._waiters = Waiters(store)
         self._closed = False
         self._bridge: SubagentBridge | None = None
+        # The ``[retention]`` schedule (control_plane/retention/schedule.py), when enabled.
+        self._retention: RetentionSchedule | None = None
         # Activates sessions for prompts submitted without blocking (submit_prompt).
         self._activations = ThreadPoolExecutor(1, thread_name_prefix="cp-activate")
 
@@ -110,6 +116,8 @@ class ControlPlane(FrontEndServices):
         if self._closed:
             return
         self._closed = True
+        if self._retention is not None:  # between two of its transactions, before the store
+            self._retention.stop()
         self._activations.shutdown(wait=True)
         self._supervisor.stop()
         if self._bridge is not None:
@@ -350,6 +358,30 @@ class ControlPlane(FrontEndServices):
                 session_id, f"superseded: rewound to turn {turn} as session {result.session.id}"
             )
         return result
+
+    def import_transcript(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        resume: AgentInput | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ImportOutcome:
+        """A JSONL transcript (versions 1 to 3) as a closed, read-only session; the same bytes
+        again return that session. With ``resume`` (an agent, as ``spawn`` takes one), also a
+        new session of that agent whose first prompt carries the conversation
+        (``docs/store.md``, "Import"). A bad line: ``TranscriptFormatError`` with its number."""
+        from control_plane.importing import import_transcript
+
+        spec = None if resume is None else self.resolve_agent(resume)
+        if spec is not None:
+            self.settings.agent_profiles.remember(spec)
+        outcome = import_transcript(
+            self._store, path, resume_agent=spec, cwd=cwd, idempotency_key=idempotency_key
+        )
+        if outcome.resumed is not None:  # its agent starts now, as a fork's does
+            self._supervisor.notify(outcome.resumed.id)
+        return outcome
 
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
         """Close for good: the agent is stopped, open commands are cancelled; then every

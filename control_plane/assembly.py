@@ -65,6 +65,12 @@ def assemble(
             offer.http = bridge.http = HttpTools(bridge, offer.trees, loop.submit)
         if run_sessions:
             supervisor.start()
+        if run_sessions and settings.retention is not None:
+            # serve and batch: the [retention] section's gc, in the background.
+            from control_plane.retention.schedule import RetentionSchedule
+
+            cp._retention = RetentionSchedule(store, settings.retention)
+            cp._retention.start()
     except BaseException:
         if loop is not None:
             loop.stop()

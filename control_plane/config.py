@@ -51,6 +51,13 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     [defaults]
     workspace = "none"                # or "worktree": batch tasks get one (a task may say)
 
+    [retention]                       # acpctl gc's defaults; serve and batch run it when
+    enabled = false                   # enabled (off by default: deleting data is opt-in)
+    older_than = "30d"                # trees whose sessions were all updated before this
+    states = ["closed", "error"]      # may also name "idle"
+    archive_dir = "~/acpctl-archive"  # one verified .tar.gz per tree before it is deleted
+    interval = "1h"                   # how often serve and batch run it
+
     [agents.claude]
     command = "npx @zed-industries/claude-code-acp"
     env = { ANTHROPIC_API_KEY = "..." }
@@ -85,6 +92,7 @@ from control_plane.config_sections import (
     NodeConfig,
     Permissions,
     PriceConfig,
+    Retention,
     Timeouts,
     Tracing,
     WorkspaceConfig,
@@ -139,6 +147,7 @@ class Config(_Strict):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     defaults: Defaults = Field(default_factory=Defaults)
+    retention: Retention = Field(default_factory=Retention)
 
     @field_validator("db")
     @classmethod
@@ -212,6 +221,7 @@ class Config(_Strict):
             "sessions_per_agent": self.limits.sessions_per_agent,
             "agent_nice": self.limits.agent_nice,
             "shared_agent_idle_s": self.timeouts.shared_agent_idle_s,
+            "retention": self.retention.scheduled(),
             "log_dir": str(self.db_path.parent / "agent-logs"),
             "budgets": BudgetDefaults(
                 session=None if session is None else session.budget(),

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from protocol.agent.permissions import Decision
 from state_machines import ControlPlaneError
 
 if TYPE_CHECKING:
+    from control_plane.retention.policy import ScheduledGc
     from store.usage import Budget
 
 
@@ -163,3 +171,57 @@ class AgentConfig(_Strict):
         if not value or (isinstance(value, str) and not value.strip()):
             raise ValueError("must not be empty")
         return value
+
+
+class Retention(_Strict):
+    """``[retention]``: ``acpctl serve`` and ``acpctl batch`` delete old session trees every
+    ``interval`` (archived first when ``archive_dir`` is set), as ``acpctl gc`` does, which
+    takes its defaults from here too. Off unless ``enabled``: deleting data is never a
+    default (docs/store.md, "Retention and archive")."""
+
+    enabled: bool = False
+    older_than: str = "30d"
+    states: list[str] = Field(default_factory=lambda: ["closed", "error"])
+    archive_dir: str | None = None
+    interval: str = "1h"
+    include_imported: bool = False  # imported transcripts too (kept by default)
+
+    @field_validator("older_than", "interval")
+    @classmethod
+    def _a_duration(cls, value: str, info: ValidationInfo) -> str:
+        from control_plane.retention.policy import RetentionRefused, parse_duration
+
+        try:
+            seconds = parse_duration(value)
+        except RetentionRefused as exc:
+            raise ValueError(str(exc)) from None
+        if info.field_name == "interval" and seconds <= 0:
+            raise ValueError("must be longer than 0s")
+        return value
+
+    @field_validator("states")
+    @classmethod
+    def _known_states(cls, value: list[str]) -> list[str]:
+        from control_plane.retention.policy import RetentionRefused, parse_states
+
+        try:
+            return list(parse_states(value))
+        except RetentionRefused as exc:
+            raise ValueError(str(exc)) from None
+
+    def scheduled(self) -> ScheduledGc | None:
+        """What serve and batch run on their schedule; None unless enabled."""
+        if not self.enabled:
+            return None
+        from pathlib import Path
+
+        from control_plane.retention.policy import RetentionPolicy, ScheduledGc, parse_duration
+
+        archive = None if self.archive_dir is None else Path(self.archive_dir).expanduser()
+        policy = RetentionPolicy(
+            self.older_than,
+            tuple(self.states),
+            archive,
+            include_imported=self.include_imported,
+        )
+        return ScheduledGc(policy, parse_duration(self.interval))

@@ -11,12 +11,16 @@ from store import SessionRecord, Store
 
 
 def transcript_session(session: SessionRecord) -> TranscriptSession:
+    imported = session.metadata.get("imported")
+    header = imported.get("header") if isinstance(imported, dict) else None
     return TranscriptSession(
         id=session.id,
         cwd=session.cwd,
         created_at=session.created_at,
         agent_name=session.agent.name,
         parent_session=session.parent_id,
+        # An imported session exports as the file it was imported from (docs/store.md).
+        imported_header=header if isinstance(header, dict) else None,
     )
 
 

@@ -18,13 +18,15 @@ from actors.settings import RuntimeSettings
 from actors.supervisor import Supervisor
 from protocol.agent.connection import AgentConnection
 from protocol.loop import ProtocolLoop
-from state_machines import StoreError
+from state_machines import SessionState, StoreError
 from store import AgentSpec, CommittedEvent, EventRecord, SessionRecord, Store, ops, queries
 from store.feed import SessionWatch
 from store.hashing import command_hash
 from store.location import StoreLocation
 from store.ops import budgets
 from store.ops import permissions as permission_ops
+from store.queries.search import SearchFilters, SearchHit
+from store.search_query import SearchQuery
 from store.tokens import TokenRecord
 from store.usage import Budget, BudgetScope, BudgetStop, Usage
 from store.watch import CommandWait
@@ -166,6 +168,24 @@ class FrontEndServices:
 
     def command_events(self, session_id: str, command_id: str) -> list[EventRecord]:
         return self._store.command_events(session_id, command_id)
+
+    def sessions_page(
+        self,
+        states: Sequence[SessionState] = (),
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> tuple[list[SessionRecord], tuple[float, str] | None]:
+        """Newest updated first, after the cursor ``before``; and the cursor of the next
+        page (None after the last)."""
+        return self._store.sessions_page(states, before, limit)
+
+    def search(
+        self, query: str, filters: SearchFilters | None = None, limit: int = 20
+    ) -> list[SearchHit]:
+        """Sessions whose prompts, answers or tool titles match ``query`` (words, "a
+        phrase", prefix*), newest match first; ``SearchQueryError`` for a query without a
+        word. The next page: ``filters.before`` = the last hit's ``doc_id``."""
+        return self._store.search(SearchQuery.parse(query), filters or SearchFilters(), limit)
 
     def latest_event(self, session_id: str, kinds: tuple[str, ...]) -> EventRecord | None:
         return self._store.read(lambda c: queries.latest_event(c, session_id, kinds))

@@ -39,6 +39,8 @@ without parsing messages. Mapping to JSON-RPC codes happens only in ``protocol/`
     ├── ListenRefused          bad or unsafe --listen options (control_plane/remote/run.py)
     ├── OutboxOverflow         a client stopped reading: cut off (control_plane/remote/outbox.py)
     ├── AttachRefused          the server refused attach's token or session (remote/attach.py)
+    ├── SearchQueryError       a search query with no word in it (store/search_query.py)
+    ├── TimeSpecError          a duration or date that cannot be read (control_plane/timespec.py)
     └── TranscriptFormatError  a transcript line that is not v1-v3 (protocol/transcript/reader.py)
 
 Every exception class in the product is in this tree except ``store.faults.InjectedFault``,

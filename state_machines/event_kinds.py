@@ -35,3 +35,4 @@ class EventKind(StrEnum):
     WORKSPACE_RESTORED = "workspace_restored"  # files put back before a cut-off turn reruns
     FORKED = "forked"  # this session began as a copy of another's conversation up to a turn
     FORK_SEED = "fork_seed"  # the forked conversation sent to a new agent with a prompt
+    TRANSCRIPT_ENTRY = "transcript_entry"  # one entry of an imported JSONL transcript, verbatim

@@ -41,6 +41,13 @@ def _apply_pragmas(dbapi_conn: sqlite3.Connection, settings: EngineSettings, wri
         # WAL: readers never block the writer and the writer never blocks readers.
         # (Persistent in the file; setting it again is a no-op.)
         if write:
+            # Pages that retention frees go back to the file system (``PRAGMA
+            # incremental_vacuum``). Only a new, empty file takes it, and only before WAL
+            # writes its header; an older store keeps its mode until one ``VACUUM``
+            # (``acpctl gc --compact``). Set on an empty file only: the pragma writes the
+            # header even when the mode is already the one asked for.
+            if cur.execute("PRAGMA page_count").fetchone()[0] == 0:
+                cur.execute("PRAGMA auto_vacuum=INCREMENTAL")
             cur.execute("PRAGMA journal_mode=WAL")
         # Durability level: FULL by default (commands must survive power loss).
         cur.execute(f"PRAGMA synchronous={settings.synchronous.value}")

@@ -29,6 +29,7 @@ from sqlalchemy.exc import OperationalError
 
 from state_machines.errors import StoreError
 from store.schema import metadata, store_identity
+from store.search_ddl import create_search_index
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -51,6 +52,7 @@ KNOWN_REVISIONS = (
     "0009",
     "0010",
     "0011",
+    "0012",
 )
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 
@@ -215,6 +217,7 @@ def create_head_schema(conn: Connection) -> None:
     database, in the caller's transaction: the tables and indexes of ``store.schema``,
     Alembic's version table at ``HEAD_REVISION`` and the store's identity (0007)."""
     metadata.create_all(conn, checkfirst=False)
+    create_search_index(conn)
     _alembic_version.create(conn, checkfirst=False)
     conn.execute(_alembic_version.insert().values(version_num=HEAD_REVISION))
     conn.execute(store_identity.insert().values(id=uuid.uuid4().hex, created_at=time.time()))

@@ -11,6 +11,7 @@ JSON documents, so raw agent payloads are kept byte for byte.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Float,
@@ -57,8 +58,13 @@ sessions = Table(
     # {"labels": [...]} (store/placement.py).
     Column("placement", Text, nullable=True),
 )
-Index("ix_sessions_state", sessions.c.state)
 Index("ix_sessions_parent", sessions.c.parent_id)
+# Cursor paging (0012): the console lists newest-updated first (of one state or any),
+# ``list_sessions`` oldest created first; retention looks for trees not updated since a
+# cutoff. The state's index (the sweeps' "which are running") is the prefix of the first.
+Index("ix_sessions_state_updated", sessions.c.state, sessions.c.updated_at, sessions.c.id)
+Index("ix_sessions_updated", sessions.c.updated_at, sessions.c.id)
+Index("ix_sessions_created", sessions.c.created_at, sessions.c.id)
 
 bindings = Table(
     "bindings",
@@ -195,6 +201,8 @@ permission_requests = Table(
     Column("created_at", Float, nullable=False),
     Column("decided_at", Float, nullable=True),
 )
+# A session's requests, for retention's deletion (0012).
+Index("ix_permission_requests_session", permission_requests.c.session_id)
 
 # Control-plane nodes (0011): one row per process, renewing its lease while it lives. Times
 # are the database's clock (store/ops/nodes.py), so the machines' clocks need not agree.
@@ -214,3 +222,23 @@ nodes = Table(
     Column("stopped_at", Float, nullable=True),  # an orderly stop: dead at once
 )
 Index("ix_nodes_name", nodes.c.name)
+
+# What ``acpctl search`` finds (0012): one document per prompt (``role`` user, written with
+# its ``prompt`` event) and one per turn of the agent (``role`` agent: its message text and
+# tool titles, written with the event that ends the turn), each in the transaction of that
+# event. ``seq`` is the event's. The full-text index is the backend's own and is made by
+# ``store/search_ddl.py``: an FTS5 table kept in step by triggers on SQLite, a GIN index over
+# ``to_tsvector('simple', body)`` on PostgreSQL.
+search_docs = Table(
+    "search_docs",
+    metadata,
+    # 64-bit on PostgreSQL; SQLite's INTEGER PRIMARY KEY is the 64-bit rowid already.
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
+    Column("command_id", String, nullable=True),
+    Column("seq", Integer, nullable=False),
+    Column("role", String, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("body", Text, nullable=False),
+)
+Index("ix_search_docs_session", search_docs.c.session_id, search_docs.c.command_id)

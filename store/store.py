@@ -27,6 +27,8 @@ from store.location import Backend, StoreLocation, locate
 from store.opening import StoreOptions, open_engines
 from store.ownership import this_owner
 from store.placement import Placement
+from store.queries import search as search_queries
+from store.queries.search import SearchFilters, SearchHit
 from store.raw import RawConnection, raw_of
 from store.records import (
     AgentSpec,
@@ -43,6 +45,7 @@ from store.records import (
     SubagentLimits,
 )
 from store.retry import retry_on_lock
+from store.search_query import SearchQuery
 from store.usage import SessionUsage
 from store.watch import StoreWatch
 from store.writer import GroupCommitWriter, WriteContext
@@ -323,6 +326,19 @@ class Store:
         after_id: str | None = None,
     ) -> list[SessionRecord]:
         return self.read(lambda c: queries.list_sessions(c, state, parent_id, limit, after_id))
+
+    def sessions_page(
+        self,
+        states: Sequence[SessionState] = (),
+        before: tuple[float, str] | None = None,
+        limit: int = 100,
+    ) -> tuple[list[SessionRecord], tuple[float, str] | None]:
+        """Newest updated first, after the cursor ``before``; and the next page's cursor."""
+        return self.read(lambda c: queries.sessions_page(c, states, before, limit))
+
+    def search(self, query: SearchQuery, filters: SearchFilters, limit: int) -> list[SearchHit]:
+        """Sessions whose prompts or answers match ``query``, newest match first."""
+        return self.read(lambda c: search_queries.search(c, query, filters, limit))
 
     def events(
         self, session_id: str, after_seq: int = 0, limit: int | None = None

@@ -1,13 +1,18 @@
 """What a forked session's new agent is told: the conversation it continues, rendered from
 the session's own log (the copied prefix and any turns since), sent with the first prompt
 that agent gets. An agent cannot be given a conversation any other way through ACP:
-``session/fork`` copies a whole session the agent still has, not a prefix."""
+``session/fork`` copies a whole session the agent still has, not a prefix.
+
+A session that resumes an imported transcript is seeded the same way: its log begins with the
+transcript's entries (``transcript_entry`` events), rendered as the conversation the
+transcript's model saw (``protocol/transcript/context.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from protocol.transcript.context import seed_lines
 from state_machines.event_kinds import EventKind
 from store import EventRecord, NewEvent, Store
 
@@ -37,6 +42,7 @@ def seed_block(
 def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:
     lines: list[str] = []
     reply: list[str] = []
+    imported: list[dict[str, Any]] = []  # consecutive transcript entries, rendered together
 
     def flush() -> None:
         if reply:
@@ -45,6 +51,13 @@ def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:
 
     for event in events:
         payload = event.payload
+        if event.kind == EventKind.TRANSCRIPT_ENTRY:
+            flush()
+            imported.append(payload)
+            continue
+        if imported:
+            lines.extend(seed_lines(imported))
+            imported.clear()
         if event.kind == EventKind.PROMPT:
             flush()
             texts = [
@@ -64,13 +77,22 @@ def seed_text(events: Iterable[EventRecord], fork_of: dict[str, Any]) -> str:
         elif event.kind in (EventKind.TURN_ENDED, EventKind.TURN_FAILED):
             flush()
     flush()
+    lines.extend(seed_lines(imported))
+    conversation = "<conversation>\n" + "\n".join(lines) + "\n</conversation>\n"
+    origin = fork_of.get("imported")
+    if isinstance(origin, dict):
+        return (
+            f"This session continues a conversation imported from the transcript file "
+            f"{origin.get('file')} (session {origin.get('headerId')} of the agent that wrote "
+            "it). The conversation so far, as that transcript recorded it:\n"
+            + conversation
+            + "The user's next message follows."
+        )
     source, turn = fork_of.get("session"), fork_of.get("turn")
     # Only a fork with a worktree of its own has the files as they were at that turn.
     files = "; the files are as they were then" if fork_of.get("workspace") else ""
     return (
         f"This session continues a conversation forked from session {source} at the end of "
         f"its turn {turn}{files}. The conversation so far, as the control plane recorded "
-        "it:\n<conversation>\n"
-        + "\n".join(lines)
-        + "\n</conversation>\nThe user's next message follows."
+        "it:\n" + conversation + "The user's next message follows."
     )

@@ -20,6 +20,8 @@ from typer.core import TyperGroup
 
 from control_plane.cli import agents as cli_agents
 from control_plane.cli import batch as cli_batch
+from control_plane.cli import gc as cli_gc
+from control_plane.cli import search as cli_search
 from control_plane.cli import sessions as cli_sessions
 from control_plane.cli import tokens as cli_tokens
 from control_plane.cli import workspaces as cli_workspaces
@@ -101,7 +103,9 @@ def _global(
 app.command("batch")(cli_batch.batch_command)
 app.command("demo")(cli_batch.demo_command)
 app.command("events")(cli_sessions.events_command)
+app.command("gc")(cli_gc.gc_command)
 app.command("status")(cli_sessions.status_command)
+app.command("search")(cli_search.search_command)
 
 
 @config_app.command("show")

@@ -46,9 +46,13 @@ def input_errors() -> tuple[type[Exception], ...]:
     from control_plane.config import ConfigError
     from control_plane.metrics import MetricsAddressError
     from control_plane.remote.run import ListenRefused
+    from control_plane.timespec import TimeSpecError
     from store.ops.fork import ForkRefused
+    from store.search_query import SearchQueryError
 
     return (
+        SearchQueryError,
+        TimeSpecError,
         MetricsAddressError,
         ListenRefused,
         TokenNotFound,

@@ -3,8 +3,11 @@ its sessions). Sessions stream over ACP on the WebSocket; lists, a session's fac
 store's levels and batch progress come from here.
 
 - ``GET /api/me``: the token's name and scopes (the console turns read-only for ``watch``).
-- ``GET /api/sessions?state=S&q=TEXT&limit=N``: newest first; ``q`` matches the id, the spawn
-  key or the cwd.
+- ``GET /api/sessions?state=S[,S2]&q=TEXT&limit=N&cursor=C``: newest updated first, a page at a
+  time (``nextCursor``: the next page's ``cursor``, null at the end; no cap). With ``q``: the
+  sessions whose prompts, answers or tool titles match it (the store's full-text search),
+  newest match first, each with its ``match`` snippet; a session whose id or spawn key is
+  ``q`` comes first.
 - ``GET /api/sessions/{id}``: the session, its commands' counts, running turn, usage, and its
   children with each one's last outcome.
 - ``GET /api/sessions/{id}/transcript``: the JSONL transcript v3 (a download).
@@ -28,10 +31,12 @@ from control_plane.remote.auth import error_response, token_of, unauthorized
 from control_plane.remote.hub import Hub
 from state_machines import COMMAND_MACHINE, CommandState, SessionNotFound, SessionState
 from store import CommandRecord, SessionRecord
+from store.queries.search import SearchFilters
+from store.search_query import SearchQueryError
 from store.tokens import TokenRecord
 
 LIST_LIMIT = 200
-SCAN_LIMIT = 5_000  # sessions looked at for a list, a search or batch progress
+SCAN_LIMIT = 5_000  # sessions looked at for batch progress (the list pages without a cap)
 
 
 def _token(request: Request) -> TokenRecord | None:
@@ -76,19 +81,103 @@ def _session_json(session: SessionRecord, commands: list[CommandRecord]) -> dict
     }
 
 
-def _list(hub: Hub, token: TokenRecord, state: str | None, q: str, limit: int) -> list[Any]:
-    chosen = SessionState(state) if state else None
-    sessions = [s for s in hub.cp.list_sessions(chosen, SCAN_LIMIT) if _visible(token, s)]
-    if q:
-        sessions = [s for s in sessions if q in s.id or q in (s.spawn_key or "") or q in s.cwd]
-    sessions.sort(key=lambda s: s.updated_at, reverse=True)
-    out = []
-    for session in sessions[:limit]:
-        entry = _session_json(session, hub.cp.commands(session.id))
-        usage = hub.cp.usage(session.id)
-        entry["usage"] = {"tokens": usage.total_tokens, "costUsd": usage.cost_usd}
-        out.append(entry)
-    return out
+# A page is filled from at most this many store pages: an ``own`` token that sees few of
+# the sessions gets a short page and a cursor rather than a scan of the whole store.
+MAX_SCANNED_PAGES = 10
+
+
+def _entry(hub: Hub, session: SessionRecord) -> dict[str, Any]:
+    entry = _session_json(session, hub.cp.commands(session.id))
+    usage = hub.cp.usage(session.id)
+    entry["usage"] = {"tokens": usage.total_tokens, "costUsd": usage.cost_usd}
+    return entry
+
+
+def _list(
+    hub: Hub,
+    token: TokenRecord,
+    states: tuple[SessionState, ...],
+    before: tuple[float, str] | None,
+    limit: int,
+) -> tuple[list[Any], str | None]:
+    """Newest updated first, after the cursor ``before`` (server-side paging, no cap)."""
+    out: list[Any] = []
+    for _ in range(MAX_SCANNED_PAGES):
+        page, following = hub.cp.sessions_page(states, before, limit - len(out))
+        out += [_entry(hub, s) for s in page if _visible(token, s)]
+        if following is None:
+            return out, None
+        before = following
+        if len(out) == limit:
+            break
+    return out, _encode_list_cursor(before)
+
+
+def _search(
+    hub: Hub,
+    token: TokenRecord,
+    states: tuple[SessionState, ...],
+    q: str,
+    before: int | None,
+    limit: int,
+) -> tuple[list[Any], str | None]:
+    """Sessions whose prompts, answers or tool titles match ``q``, newest match first; on
+    the first page, a session whose id or spawn key is ``q`` comes first."""
+    out: list[Any] = []
+    if before is None:
+        exact = _exact(hub, q)
+        if exact is not None and _visible(token, exact) and (not states or exact.state in states):
+            out.append(_entry(hub, exact))
+    for _ in range(MAX_SCANNED_PAGES):
+        hits = hub.cp.search(q, SearchFilters(states=states, before=before), limit)
+        for hit in hits:
+            before = hit.doc_id
+            if _visible(token, hit.session) and all(e["id"] != hit.session.id for e in out):
+                entry = _entry(hub, hit.session)
+                entry["match"] = {
+                    "role": hit.role,
+                    "at": hit.at.isoformat(),
+                    "snippet": hit.snippet,
+                }
+                out.append(entry)
+                if len(out) >= limit:
+                    return out, f"d{before}"
+        if len(hits) < limit:
+            return out, None
+    return out, None if before is None else f"d{before}"
+
+
+def _exact(hub: Hub, q: str) -> SessionRecord | None:
+    try:
+        return hub.cp.get(q)
+    except SessionNotFound:
+        return hub.cp.session_by_key(q)
+
+
+def _encode_list_cursor(before: tuple[float, str] | None) -> str | None:
+    if before is None:
+        return None
+    return f"u{before[0]!r}~{before[1]}"
+
+
+def _list_cursor(cursor: str | None) -> tuple[float, str] | None:
+    if cursor is None:
+        return None
+    stamp, sep, session_id = cursor[1:].partition("~")
+    try:
+        if cursor[0] != "u" or not sep:
+            raise ValueError(cursor)
+        return float(stamp), session_id
+    except (ValueError, IndexError):
+        raise ValueError(f"not a list cursor: {cursor!r}") from None
+
+
+def _search_cursor(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if cursor[:1] != "d" or not cursor[1:].isdigit():
+        raise ValueError(f"not a search cursor: {cursor!r}")
+    return int(cursor[1:])
 
 
 async def me(request: Request) -> Response:
@@ -104,16 +193,32 @@ async def sessions(request: Request) -> Response:
     token = _token(request)
     if token is None:
         return unauthorized()
-    state = request.query_params.get("state") or None
-    if state is not None and state not in {s.value for s in SessionState}:
-        return error_response(400, f"no session state {state!r}")
+    names = [n for n in request.query_params.get("state", "").split(",") if n]
+    unknown = [n for n in names if n not in {s.value for s in SessionState}]
+    if unknown:
+        return error_response(400, f"no session state {unknown[0]!r}")
+    states = tuple(SessionState(n) for n in names)
     limit_text = request.query_params.get("limit", str(LIST_LIMIT))
     if not limit_text.isdigit() or not 1 <= int(limit_text) <= LIST_LIMIT:
         return error_response(400, f"limit is 1 to {LIST_LIMIT}")
     q = request.query_params.get("q", "").strip()
+    cursor = request.query_params.get("cursor") or None
     hub: Hub = request.app.state.hub
-    listed = await asyncio.to_thread(_list, hub, token, state, q, int(limit_text))
-    return JSONResponse({"sessions": listed})
+    limit = int(limit_text)
+    try:  # the cursor alone: a ValueError from the reads below is no bad cursor
+        after = _search_cursor(cursor) if q else None
+        since = None if q else _list_cursor(cursor)
+    except ValueError:
+        return error_response(400, "a cursor this server did not hand out")
+    try:
+        if q:
+            found = await asyncio.to_thread(_search, hub, token, states, q, after, limit)
+        else:
+            found = await asyncio.to_thread(_list, hub, token, states, since, limit)
+    except SearchQueryError as exc:
+        return error_response(400, str(exc))
+    listed, next_cursor = found
+    return JSONResponse({"sessions": listed, "nextCursor": next_cursor})
 
 
 def _details(hub: Hub, token: TokenRecord, session_id: str) -> dict[str, Any] | None:

@@ -2,8 +2,9 @@
 
 Pure: stored events in, update objects out. The user's prompts become
 ``user_message_chunk``s (one per content block); every agent update is replayed as recorded
-(unknown kinds included); lifecycle events of the control plane are not part of the
-conversation and are skipped.
+(unknown kinds included); an imported transcript's entries are shown as the updates they
+stand for (``protocol/transcript/replay.py``); lifecycle events of the control plane are not
+part of the conversation and are skipped.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from protocol.transcript.inputs import EventLike
+from protocol.transcript.replay import entry_updates
 from state_machines.event_kinds import EventKind
 
 
@@ -62,7 +64,8 @@ def conversation_updates_at(events: Iterable[EventLike]) -> Iterator[tuple[int, 
 
 def event_updates(event: EventLike) -> list[dict[str, Any]]:
     """What one stored event shows of the conversation: its agent update, the user's prompt
-    (one ``user_message_chunk`` per block), an interrupted turn's marker, or nothing."""
+    (one ``user_message_chunk`` per block), an interrupted turn's marker, an imported
+    transcript entry's updates, or nothing."""
     if event.kind == EventKind.SESSION_UPDATE:
         update = update_of(event)
         if update is None or update.get("sessionUpdate") == "user_message_chunk":
@@ -76,6 +79,8 @@ def event_updates(event: EventLike) -> list[dict[str, Any]]:
             {"sessionUpdate": "user_message_chunk", "content": block}
             for block in event.payload.get("content", [])
         ]
+    if event.kind == EventKind.TRANSCRIPT_ENTRY:
+        return entry_updates(event.payload)
     return []
 
 

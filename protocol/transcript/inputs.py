@@ -35,6 +35,9 @@ class TranscriptSession:
     created_at: datetime
     agent_name: str
     parent_session: str | None = None
+    # An imported session's: the imported file's header, which its export's header repeats
+    # (with this session's id), and its log is exported as the imported entries alone.
+    imported_header: Mapping[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- small helpers

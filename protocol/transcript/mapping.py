@@ -11,6 +11,11 @@ streamed chunks and tool calls accumulate in an open assistant message, which is
 tool result has to follow it or when the turn ends. A v3 consumer expects every ``toolCall``
 block to be answered by exactly one ``toolResult``, so tool calls left open by a crash, a cancel
 or the end of the recorded events get a synthesized error result.
+
+Entries of an imported transcript (``transcript_entry`` events) are written back as they were
+read, with their own ids and parents; entries mapped after them continue from the last one.
+An imported session's export is its imported header and entries alone (``docs/store.md``,
+"Import").
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from protocol.atomic_file import write_text_atomically
 from protocol.transcript.content import (
     JsonObject,
     agent_text,
+    compact_json,
     epoch_ms,
     iso_timestamp,
     map_usage,
@@ -34,7 +40,7 @@ from protocol.transcript.content import (
     zero_usage,
 )
 from protocol.transcript.inputs import EventLike, TranscriptSession, entry_id
-from protocol.transcript.reader import dump_lines
+from protocol.transcript.reader import VerbatimEntry, dump_lines
 from protocol.transcript.turn import ToolCall, Turn, TurnClose
 from state_machines.event_kinds import EventKind
 
@@ -99,11 +105,34 @@ class _TranscriptBuilder:
 
     # ---- driving
 
+    def reserve(self, events: Iterable[EventLike]) -> None:
+        """Keep the entry ids and tool call ids of imported entries from those this mapping
+        makes, wherever in the log those entries are (a resumed session's agent may number
+        its tool calls as the imported conversation's agent did)."""
+        for event in events:
+            if event.kind != EventKind.TRANSCRIPT_ENTRY:
+                continue
+            entry = mapping(event.payload)
+            self._taken_ids.add(str(entry.get("id")))
+            message = mapping(entry.get("message"))
+            content = message.get("content")
+            if message.get("role") == "assistant" and isinstance(content, list):
+                self._used_call_ids.update(
+                    str(mapping(block).get("id"))
+                    for block in content
+                    if mapping(block).get("type") == "toolCall"
+                )
+
     def feed(self, event: EventLike) -> None:
         self._seed_prefix = f"{self._session.id}:{event.seq}"
         self._index = 0
         self._moment = event.created_at
         payload = mapping(event.payload)
+        if event.kind == EventKind.TRANSCRIPT_ENTRY:
+            self._emit_verbatim(event, payload)
+            return
+        if self._session.imported_header is not None:
+            return  # an imported session's creation and close are not the transcript's
         handler = self._handlers.get(event.kind)
         if handler is None:
             self._emit_lifecycle(event.kind, payload)
@@ -126,7 +155,14 @@ class _TranscriptBuilder:
     # ---- emitting
 
     def _header(self) -> JsonObject:
-        header: JsonObject = {
+        imported = self._session.imported_header
+        if imported is not None:
+            # The file's own header (field order kept), as this session, in version 3.
+            header = dict(imported)
+            header["id"] = self._session.id
+            header["version"] = TRANSCRIPT_VERSION
+            return header
+        header = {
             "type": "session",
             "version": TRANSCRIPT_VERSION,
             "id": self._session.id,
@@ -150,6 +186,16 @@ class _TranscriptBuilder:
         }
         entry.update(fields)
         self._entries.append(entry)
+
+    def _emit_verbatim(self, event: EventLike, payload: Mapping[str, Any]) -> None:
+        """An imported entry, written back as the line it was read from: the store's records
+        carry the payload's text (``raw``); an event without it, or whose text is not one
+        line, is written as compact JSON."""
+        raw = getattr(event, "raw", None)
+        entry = plain(payload)
+        if not isinstance(raw, str) or "\n" in raw or "\r" in raw:
+            raw = compact_json(entry)
+        self._entries.append(VerbatimEntry(entry, raw))
 
     def _emit_message(self, message: JsonObject) -> None:
         message["timestamp"] = epoch_ms(self._moment)
@@ -346,15 +392,16 @@ class _TranscriptBuilder:
         """The open tool call an update applies to, creating it if needed; None to ignore."""
         turn = self._ensure_turn()
         call_id = string(update.get("toolCallId")) or f"call-{self._seed_prefix}"
-        existing = turn.tools.get(call_id)
+        existing = turn.tools.get(call_id)  # by the agent's id: its updates use that one
         if existing is not None:
             return None if existing.final else existing
+        block_id = call_id
         if call_id in self._used_call_ids:
             if not announced:
                 return None  # a late update for a call whose result is already written
-            call_id = self._fresh_call_id(call_id)
-        tool = ToolCall(block={"type": "toolCall", "id": call_id, "name": "tool", "arguments": {}})
-        self._used_call_ids.add(call_id)
+            block_id = self._fresh_call_id(call_id)
+        tool = ToolCall(block={"type": "toolCall", "id": block_id, "name": "tool", "arguments": {}})
+        self._used_call_ids.add(block_id)
         turn.tools[call_id] = tool
         turn.blocks.append(tool.block)
         return tool
@@ -378,10 +425,13 @@ def transcript_entries(
 ) -> list[dict[str, Any]]:
     """Map a session's stored events (any order; sorted by seq) to transcript lines.
 
-    The first item is the header; the rest are entries forming one chain.
+    The first item is the header; the rest are entries forming one chain (imported entries
+    keep the tree they had).
     """
     builder = _TranscriptBuilder(session)
-    for event in sorted(events, key=lambda event: event.seq):
+    ordered = sorted(events, key=lambda event: event.seq)
+    builder.reserve(ordered)
+    for event in ordered:
         builder.feed(event)
     return builder.finish()
 

@@ -3,7 +3,9 @@
 The format is the pi coding agent's session file (see ``transcript-v3.md``). Readers must
 accept what older writers produced, so :func:`read_transcript` takes version 1, 2 and 3 files
 (a missing version means 1), skips lines that are not JSON, and normalizes the one v2 → v3
-rename that changes meaning (message role ``hookMessage`` became ``custom``). Everything else
+rename that changes meaning (message role ``hookMessage`` became ``custom``). With ``strict``
+(an import into the store, which must not lose a line silently) a line that is not JSON is an
+error instead. Everything else
 is kept as written, field order included, so that :func:`dump_transcript` reproduces a
 compact-JSON file byte for byte.
 
@@ -38,10 +40,15 @@ from state_machines import ControlPlaneError
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "ParsedLines",
     "Transcript",
     "TranscriptFormatError",
+    "VerbatimEntry",
+    "check_entry",
+    "check_tree",
     "dump_lines",
     "dump_transcript",
+    "parse_lines",
     "read_transcript",
     "validate_v3",
 ]
@@ -79,11 +86,26 @@ class Transcript:
 # --------------------------------------------------------------------------- parsing
 
 
+class VerbatimEntry(dict[str, Any]):
+    """An entry whose line is written back exactly as it was read (``text``): an imported
+    entry, re-exported byte for byte whatever JSON formatting its writer used (a JavaScript
+    writer prints ``3e-7`` where Python would print ``3e-07``). The dict is the same entry,
+    parsed, for whoever reads its fields."""
+
+    def __init__(self, entry: Mapping[str, Any], text: str) -> None:
+        super().__init__(entry)
+        self.text = text
+
+
 @dataclass
-class _Parsed:
+class ParsedLines:
+    """A parsed file with where each part came from: the 1-based line numbers, and each
+    entry's line text (None where the reader changed the entry: v2's renamed role)."""
+
     transcript: Transcript
     header_line: int
     entry_lines: list[int]
+    entry_texts: list[str | None] = field(default_factory=list)
 
 
 def _describe(error: ValidationError) -> str:
@@ -101,21 +123,35 @@ def _check(model: type[BaseModel], obj: Mapping[str, Any], line: int, what: str)
         raise TranscriptFormatError(line, f"invalid {what}: {_describe(error)}") from None
 
 
-def _json_objects(raw: bytes) -> Iterable[tuple[int, Any]]:
-    """Yield (line number, parsed value) for every line that parses; skip the rest."""
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_objects(raw: bytes, strict: bool) -> Iterable[tuple[int, Any, str]]:
+    """Yield (line number, parsed value, line text) for every line that parses; skip the
+    rest, or with ``strict`` raise for the first (NaN and Infinity, which Python would
+    accept, count as not JSON there). Blank lines are skipped either way."""
     for number, chunk in enumerate(raw.split(b"\n"), start=1):
         if not chunk.strip():
             continue
         try:
-            yield number, json.loads(chunk.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            text = chunk.decode("utf-8").strip()
+            value = (
+                json.loads(text, parse_constant=_refuse_constant) if strict else json.loads(text)
+            )
+        except ValueError as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            if strict:
+                raise TranscriptFormatError(number, f"not a JSON line ({error})") from None
             continue  # the format says readers skip lines that do not parse
+        yield number, value, text
 
 
 def _header_version(header: Mapping[str, Any], line: int) -> int:
     version = header.get("version", 1)
     if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
-        raise TranscriptFormatError(line, f"unsupported transcript version {version!r}")
+        raise TranscriptFormatError(
+            line, f"unsupported transcript version {version!r} (versions 1 to 3 are read)"
+        )
     return int(version)
 
 
@@ -133,7 +169,8 @@ def _validate_message(message: Mapping[str, Any], line: int) -> None:
     _check(model, message, line, f"{role if isinstance(role, str) else 'message'} message")
 
 
-def _validate_entry(obj: Any, version: int, line: int) -> None:
+def check_entry(obj: Any, version: int, line: int) -> None:
+    """Check one entry of a file of ``version`` (``TranscriptFormatError`` naming ``line``)."""
     if not isinstance(obj, dict):
         raise TranscriptFormatError(line, "an entry must be a JSON object")
     _check(LinearFields if version == 1 else TreeFields, obj, line, "entry")
@@ -148,48 +185,70 @@ def _validate_entry(obj: Any, version: int, line: int) -> None:
         _validate_message(obj["message"], line)
 
 
-def _normalize_v2(entry: dict[str, Any]) -> None:
-    """v3 renamed the message role ``hookMessage`` to ``custom``; nothing else changed."""
+def _normalize_v2(entry: dict[str, Any]) -> bool:
+    """v3 renamed the message role ``hookMessage`` to ``custom``; nothing else changed.
+    Returns whether the entry changed."""
     message = entry.get("message")
     if entry.get("type") != "message" or not isinstance(message, dict):
-        return
+        return False
     if message.get("role") == "hookMessage":
         message["role"] = "custom"
+        return True
+    return False
 
 
-def _parse(raw: bytes) -> _Parsed:
-    objects = iter(_json_objects(raw))
+_BOM = b"\xef\xbb\xbf"
+
+
+def parse_lines(raw: bytes, *, strict: bool = False) -> ParsedLines:
+    """Parse and check a file's bytes (``read_transcript``), keeping where each part came
+    from. ``strict``: a line that is not JSON raises instead of being skipped, and an empty
+    file says so."""
+    if raw.startswith(_BOM):  # some editors on Windows begin UTF-8 files with one
+        raw = raw[len(_BOM) :]
+    if strict and not raw.strip():
+        raise TranscriptFormatError(1, "the file is empty: no session header")
+    objects = iter(_json_objects(raw, strict))
     first = next(objects, None)
     if first is None:
         raise TranscriptFormatError(1, "no session header: the file has no JSON lines")
-    header_line, header = first
+    header_line, header, _ = first
     version = _validate_header(header, header_line)
     entries: list[dict[str, Any]] = []
     lines: list[int] = []
-    for line, obj in objects:
-        if version < CURRENT_VERSION and isinstance(obj, dict):
-            _normalize_v2(obj)
-        _validate_entry(obj, version, line)
+    texts: list[str | None] = []
+    for line, obj, text in objects:
+        changed = version < CURRENT_VERSION and isinstance(obj, dict) and _normalize_v2(obj)
+        check_entry(obj, version, line)
         entries.append(obj)
         lines.append(line)
-    return _Parsed(Transcript(header=header, entries=entries), header_line, lines)
+        texts.append(None if changed else text)
+    return ParsedLines(Transcript(header=header, entries=entries), header_line, lines, texts)
 
 
-def read_transcript(path: str | Path) -> Transcript:
+def read_transcript(path: str | Path, *, strict: bool = False) -> Transcript:
     """Read and validate a transcript file of any supported version.
 
-    Raises :class:`TranscriptFormatError` for a missing/invalid header or an invalid entry.
+    Raises :class:`TranscriptFormatError` for a missing/invalid header or an invalid entry
+    (with ``strict``, also for a line that is not JSON).
     """
-    return _parse(Path(path).read_bytes()).transcript
+    return parse_lines(Path(path).read_bytes(), strict=strict).transcript
 
 
 # --------------------------------------------------------------------------- writing
 
 
 def dump_lines(objects: Iterable[Mapping[str, Any]]) -> str:
-    """Serialize JSON objects as compact JSONL, the byte form the reference writer uses."""
+    """Serialize JSON objects as compact JSONL, the byte form the reference writer uses; a
+    :class:`VerbatimEntry` is written as the text it was read from."""
     return "".join(
-        json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n" for obj in objects
+        (
+            obj.text
+            if isinstance(obj, VerbatimEntry)
+            else json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+        )
+        + "\n"
+        for obj in objects
     )
 
 
@@ -201,7 +260,8 @@ def dump_transcript(transcript: Transcript) -> str:
 # --------------------------------------------------------------------------- v3 checks
 
 
-def _check_tree(parsed: _Parsed) -> None:
+def check_tree(parsed: ParsedLines) -> None:
+    """Entry ids are unique and every parentId is null or an earlier entry's id (v2+)."""
     seen: set[str] = set()
     for entry, line in zip(parsed.transcript.entries, parsed.entry_lines, strict=True):
         entry_id = entry["id"]
@@ -262,7 +322,7 @@ def _first_unanswered_call(
     return problem
 
 
-def _check_tool_results(parsed: _Parsed) -> None:
+def _check_tool_results(parsed: ParsedLines) -> None:
     entries = parsed.transcript.entries
     # Every branch is checked, not only the current one: an export must be loadable from
     # whichever leaf a user resumes.
@@ -284,12 +344,12 @@ def validate_v3(path: str | Path) -> Transcript:
     entry ids are unique, every parentId is null or an earlier entry's id, and every toolCall
     block is followed on its branch by exactly one toolResult with its id.
     """
-    parsed = _parse(Path(path).read_bytes())
+    parsed = parse_lines(Path(path).read_bytes())
     if parsed.header_line != 1:
         raise TranscriptFormatError(1, "line 1 must be the session header")
     version = parsed.transcript.header.get("version")
     if version != CURRENT_VERSION or isinstance(version, bool):
         raise TranscriptFormatError(1, f"expected version 3, found {version!r}")
-    _check_tree(parsed)
+    check_tree(parsed)
     _check_tool_results(parsed)
     return parsed.transcript

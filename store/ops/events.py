@@ -16,6 +16,7 @@ from state_machines.errors import (
     StaleEpoch,
 )
 from store import hot_sql as hot
+from store.ops import search_index
 from store.raw import insert_many
 from store.records import (
     EventRecord,
@@ -66,6 +67,8 @@ def _write(
     for i, (event, text) in enumerate(zip(new, texts, strict=True)):
         params = (session_id, first + i, command_id, event.kind, text, now)
         (event_id,) = raw.execute(hot.INSERT_EVENT, params).fetchone()
+        if event.kind in search_index.INDEXED_KINDS:
+            search_index.index_event(ctx, session_id, command_id, event.kind, text, first + i, now)
         appended.append(
             hot.event_record(event_id, session_id, first + i, command_id, event.kind, text, now)
         )

@@ -23,6 +23,7 @@ CONVERSATION_KINDS = (
     EventKind.TURN_FAILED.value,
     EventKind.TURN_INTERRUPTED.value,
     EventKind.ANNOUNCE.value,
+    EventKind.TRANSCRIPT_ENTRY.value,  # an imported conversation (store/ops/imports.py)
 )
 
 
@@ -63,7 +64,7 @@ def turn_end(conn: Connection, session_id: str, turn: int | None) -> tuple[int, 
 def fork_session(
     ctx: WriteContext,
     source_id: str,
-    turn: int,
+    turn: int | None,
     up_to_seq: int,
     agent: AgentSpec,
     cwd: str,
@@ -71,7 +72,8 @@ def fork_session(
     idempotency_key: str | None,
 ) -> SpawnResult:
     """The new session (a spawn without a prompt) with the source's conversation events up
-    to ``up_to_seq`` copied into its log, and a ``forked`` event after them."""
+    to ``up_to_seq`` copied into its log, and a ``forked`` event after them. ``turn`` is
+    None for an imported session, which has no turns (``imports.resume_imported``)."""
     result = spawn(ctx, agent, cwd, None, None, idempotency_key, metadata=metadata)
     if not result.created:
         return result  # the same fork asked again

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, select
+from sqlalchemy import Connection, Select, func, select, tuple_
 
 from state_machines import (
     SESSION_MACHINE,
@@ -72,6 +72,30 @@ def list_sessions(
 ) -> list[SessionRecord]:
     rows = conn.execute(sessions_query(state, parent_id, after_id).limit(limit))
     return [session_from_row(r) for r in rows]
+
+
+PageCursor = tuple[float, str]  # the last row's updated_at (as stored) and id
+
+
+def sessions_page(
+    conn: Connection,
+    states: Sequence[SessionState],
+    before: PageCursor | None,
+    limit: int,
+) -> tuple[list[SessionRecord], PageCursor | None]:
+    """Newest updated first, ``limit`` at most, strictly after the cursor ``before``, and
+    the cursor of the next page (None after the last). A range of ``ix_sessions_updated``
+    read backwards, so any page costs its own rows. The cursor carries ``updated_at`` as
+    stored: a record's datetime keeps microseconds only, and a rounded cursor would show a
+    row twice or skip one."""
+    query = select(sessions).order_by(sessions.c.updated_at.desc(), sessions.c.id.desc())
+    if states:
+        query = query.where(sessions.c.state.in_([s.value for s in states]))
+    if before is not None:
+        query = query.where(tuple_(sessions.c.updated_at, sessions.c.id) < tuple_(*before))
+    rows = conn.execute(query.limit(limit)).all()
+    cursor = (float(rows[-1].updated_at), str(rows[-1].id)) if len(rows) == limit else None
+    return [session_from_row(r) for r in rows], cursor
 
 
 def count_sessions_by_state(conn: Connection) -> dict[str, int]:

@@ -181,3 +181,21 @@ async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
     download = await download_info.value
     exported = Path(await download.path()).read_text()
     assert '"type":"session"' in exported.replace(" ", "") and "planned work" in exported
+
+
+async def test_the_search_box_finds_a_session_by_what_was_said(
+    browser: Any, server: ListenServer, tmp_path: Path
+) -> None:
+    """The list searches on the server: typing a word shows the sessions whose prompt or
+    answer has it, with the words around it; clearing it brings the whole list back."""
+    walrus = await terminal_session(server, tmp_path, "the walrus migration plan")
+    other = await terminal_session(server, tmp_path, "an unrelated chore")
+    page = await logged_in(browser, server, server.secret, DESKTOP)
+    await page.wait_for_selector(f"tr[data-session='{other}']")
+    await page.fill("input[type=search]", "walrus")
+    await page.wait_for_selector(f"tr[data-session='{other}']", state="detached")
+    row = await page.wait_for_selector(f"tr[data-session='{walrus}']")
+    assert "walrus migration plan" in await row.inner_text()  # the match's snippet
+    await page.fill("input[type=search]", "")
+    await page.wait_for_selector(f"tr[data-session='{other}']")
+    assert await page.query_selector(f"tr[data-session='{walrus}']") is not None

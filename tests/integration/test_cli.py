@@ -525,7 +525,9 @@ def test_a_turn_cut_off_before_the_agent_answered_is_sent_again_not_continued(
     import signal
     import time
 
-    prompt = "slow start #think=4000 #chunks=2"
+    # Thinking outlasts the Ctrl-C's shutdown even on a loaded machine (4 s did not, beside
+    # a CPU hog): an answer before the stop would make the rerun continue, not resend.
+    prompt = "slow start #think=10000 #chunks=2"
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "prompt": prompt}) + "\n")
     received = tmp_path / "invocations.jsonl"

@@ -45,6 +45,7 @@ PINNED_ALL = [
     "EventRecord",
     "IdempotencyConflict",
     "IllegalTransition",
+    "ImportOutcome",
     "IntegrityCheck",
     "InvalidPlacement",
     "LimitExceeded",
@@ -57,6 +58,9 @@ PINNED_ALL = [
     "RecoveryReport",
     "RuntimeSettings",
     "SchemaTooNew",
+    "SearchFilters",
+    "SearchHit",
+    "SearchQueryError",
     "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
@@ -68,6 +72,7 @@ PINNED_ALL = [
     "StoreOptions",
     "StoreUnavailable",
     "Synchronous",
+    "TranscriptFormatError",
     "UnknownAgent",
 ]
 
@@ -86,11 +91,12 @@ def test_public_all_is_pinned() -> None:
 PINNED_CONTROL_PLANE = [
     *("bind_jsonl", "cancel", "children", "close", "close_session", "command", "commands"),
     *("events", "export_jsonl", "follow", "fork", "get", "list_sessions", "open", "prompt"),
+    *("import_transcript",),
     *("recovery", "register_callback", "resolve_agent", "result", "set_config_option"),
     *("set_mode", "spawn"),
     *("submit_prompt", "wait", "wait_delivered"),
     *("agent_capabilities", "command_events", "descendants", "events_of_kinds"),
-    *("latest_event", "live_sessions", "watch_command"),
+    *("latest_event", "live_sessions", "watch_command", "search", "sessions_page"),
     *("record_agent_capabilities", "run_on_loop", "session_by_key", "session_for_acp"),
     *("start_agent_on_loop", "expect_http_tools", "expect_http_tools_for"),
     *(

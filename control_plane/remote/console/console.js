@@ -421,33 +421,63 @@ function logout(message = "") {
   showLogin(message);
 }
 
+const PAGE = 50;
+
+function sessionRow(s) {
+  const name = el("a", { href: `#/s/${s.id}` }, s.title || s.key || s.id.slice(0, 8));
+  const said = s.match ? el("div", { class: "match muted", title: `${s.match.role} said` }, s.match.snippet) : "";
+  return el("tr", { "data-session": s.id },
+    el("td", {}, stateBadge(s.state)),
+    el("td", { class: "id wide" }, name, said),
+    el("td", { class: "hide-narrow" }, s.agent),
+    el("td", { class: "id hide-narrow" }, s.cwd),
+    el("td", {}, s.runningTurn ? "running" : "", s.queued ? ` +${s.queued} queued` : ""),
+    el("td", { class: "hide-narrow" }, s.usage.tokens ? `${s.usage.tokens} tok` : ""),
+    el("td", {}, ago(s.updatedAt)));
+}
+
+// The list pages on the server (newest updated first; with a search, newest match first):
+// "More" follows the cursor; the refresh re-reads as many pages as are shown.
 function sessionsView() {
   const state = el("select", { "aria-label": "State" },
     ["", "creating", "idle", "running", "cancelling", "error", "closed"].map((s) =>
       el("option", { value: s }, s || "any state")));
-  const search = el("input", { type: "search", placeholder: "Search id, key or cwd", "aria-label": "Search" });
+  const search = el("input", { type: "search", placeholder: "Search what was said, or an id", "aria-label": "Search" });
   const body = el("tbody");
+  const more = el("button", { class: "quiet", hidden: true }, "More");
   const table = el("table", { class: "sessions" },
     el("thead", {}, el("tr", {}, ["State", "Session", "Agent", "Directory", "Turn", "Usage", "Activity"].map((h) => el("th", {}, h)))),
     body);
-  view.replaceChildren(el("h1", {}, "Sessions"), el("div", { class: "filters" }, state, search), el("div", { class: "card" }, table));
-  const load = async () => {
-    const query = new URLSearchParams({ limit: "200" });
+  view.replaceChildren(el("h1", {}, "Sessions"), el("div", { class: "filters" }, state, search), el("div", { class: "card" }, table), more);
+  let pages = 1;
+  let generation = 0;
+  const page = async (cursor) => {
+    const query = new URLSearchParams({ limit: String(PAGE) });
     if (state.value) query.set("state", state.value);
     if (search.value.trim()) query.set("q", search.value.trim());
-    const { sessions } = await api(`/api/sessions?${query}`);
-    body.replaceChildren(...sessions.map((s) => el("tr", { "data-session": s.id },
-      el("td", {}, stateBadge(s.state)),
-      el("td", { class: "id wide" }, el("a", { href: `#/s/${s.id}` }, s.title || s.key || s.id.slice(0, 8))),
-      el("td", { class: "hide-narrow" }, s.agent),
-      el("td", { class: "id hide-narrow" }, s.cwd),
-      el("td", {}, s.runningTurn ? "running" : "", s.queued ? ` +${s.queued} queued` : ""),
-      el("td", { class: "hide-narrow" }, s.usage.tokens ? `${s.usage.tokens} tok` : ""),
-      el("td", {}, ago(s.updatedAt)))));
-    if (!sessions.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No sessions.")));
+    if (cursor) query.set("cursor", cursor);
+    return api(`/api/sessions?${query}`);
   };
-  state.addEventListener("change", load);
-  search.addEventListener("input", load);
+  const load = async () => {
+    const mine = ++generation;
+    const rows = [];
+    let cursor = null;
+    for (let i = 0; i < pages; i++) {
+      const answer = await page(cursor);
+      rows.push(...answer.sessions);
+      cursor = answer.nextCursor;
+      if (!cursor) break;
+    }
+    if (mine !== generation) return; // a newer load (typing, a filter) started meanwhile
+    body.replaceChildren(...rows.map(sessionRow));
+    if (!rows.length) body.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "No sessions.")));
+    more.hidden = !cursor;
+  };
+  const restart = () => { pages = 1; load(); };
+  let typing = null;
+  state.addEventListener("change", restart);
+  search.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(restart, 250); });
+  more.addEventListener("click", () => { pages += 1; load(); });
   return every(2000, load);
 }
 
