@@ -31,6 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
+from protocol.atomic_file import write_text_atomically
 from state_machines import ControlPlaneError
 from store import EventRecord, Store
 from store.queries import retention as retention_queries
@@ -82,7 +83,7 @@ def write_archive(
         members = [m for s in tree.sessions for m in _session_members(store, s, staging, stop)]
         manifest = _manifest(store, tree, staging, members)
         ref = _write_tar(target, manifest, staging, members)
-        _write_checksum(target, ref.sha256, staging)
+        _write_checksum(target, ref.sha256)
         verify_archive(target)
         return ref
     except ArchiveStopped:
@@ -304,18 +305,10 @@ def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def _write_checksum(target: Path, digest: str, staging: Path) -> None:
-    path = _checksum_path(target)
-    temp_name = staging / f"{path.name}.tmp"
-    try:
-        with open(temp_name, "x", encoding="utf-8") as stream:
-            stream.write(f"{digest}  {target.name}\n")  # sha256sum's text format
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+def _write_checksum(target: Path, digest: str) -> None:
+    """``sha256sum``'s text format beside the archive, replaced atomically (mode 0600, as
+    ``mkstemp`` makes it)."""
+    write_text_atomically(_checksum_path(target), f"{digest}  {target.name}\n")
     _fsync_dir(target.parent)
 
 

@@ -5,6 +5,7 @@ document order, so a page costs the rows it shows, not every match of a common w
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -129,13 +130,19 @@ def _pg_matches(
     """PostgreSQL's plan chosen here, not by the planner: with ORDER BY id and a LIMIT it
     reads documents newest first and tests each (fast for a common word, the whole table for
     a rare one), since its estimate for a word missing from the statistics is a guess. So:
-    first the matching ids from the GIN index alone (a bitmap scan, index scans switched off
-    for this statement), at most ``PG_FEW_MATCHES`` + 1 of them; when that is all of them,
-    their rows by id, newest first; else the newest-first scan, in LIMITed batches (not a
-    server-side cursor, which is planned for its first rows)."""
+    a word the planner expects in more than ``PG_FEW_MATCHES`` documents (then it is in the
+    statistics and the estimate is close) is read newest first; else the matching ids come
+    from the GIN index alone (a bitmap scan, index scans switched off for this statement), at
+    most ``PG_FEW_MATCHES`` + 1 of them; when that is all of them, their rows by id, newest
+    first; else newest first after all."""
     matching = stmt.with_only_columns(search_docs.c.id).order_by(None)
     if before is not None:
         matching = matching.where(search_docs.c.id < before)
+    if _estimated_rows(conn, _postgres(matching, query).order_by(None)) > PG_FEW_MATCHES:
+        # A common word (it is in the statistics, so the estimate is close): building its
+        # bitmap alone would cost more than finding a page newest first.
+        yield from _pg_newest_first(conn, _postgres(stmt, query), before, batch)
+        return
     conn.execute(text("SET LOCAL enable_indexscan = off"))
     conn.execute(text("SET LOCAL enable_seqscan = off"))
     try:
@@ -154,7 +161,14 @@ def _pg_matches(
             by_id = stmt.where(search_docs.c.id.in_(chunk)).order_by(search_docs.c.id.desc())
             yield from conn.execute(by_id).all()
         return
-    ordered = _postgres(stmt, query)
+    yield from _pg_newest_first(conn, _postgres(stmt, query), before, batch)
+
+
+def _pg_newest_first(
+    conn: Connection, ordered: Select[Any], before: int | None, batch: int
+) -> Iterator[Any]:
+    """Matches newest first, in LIMITed batches (not a server-side cursor, which the planner
+    would plan for its first rows alone)."""
     while True:
         bounded = ordered if before is None else ordered.where(search_docs.c.id < before)
         rows = conn.execute(bounded.limit(batch)).all()
@@ -162,6 +176,16 @@ def _pg_matches(
         if len(rows) < batch:
             return
         before = int(rows[-1].doc_id)
+
+
+def _estimated_rows(conn: Connection, stmt: Select[Any]) -> float:
+    """The planner's estimate of the rows ``stmt`` returns (one EXPLAIN, no execution):
+    close for a word in the column's statistics, a small guess for a rare one."""
+    # IN lists rendered into the text: EXPLAIN goes to the driver as it is.
+    compiled = stmt.compile(conn, compile_kwargs={"render_postcompile": True})
+    plan = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {compiled}", compiled.params).scalar()
+    document = plan if isinstance(plan, list) else json.loads(str(plan))
+    return float(document[0]["Plan"]["Plan Rows"])
 
 
 def _matched_since(conn: Connection, query: SearchQuery, session_id: str, doc_id: int) -> bool:

@@ -316,6 +316,10 @@ print(json.dumps({"file": control_plane.__file__, "loaded": loaded, "code": code
         ["--help"],
         ["sessions", "list", "--help"],
         ["batch", "--help"],
+        ["gc", "--help"],
+        ["search", "--help"],
+        ["sessions", "import", "--help"],
+        ["gc", "--older-than", "soon"],  # bad input: refused before the store is read
         ["no-such-command"],
         ["sessions", "list", "--limit", "0"],
         ["--db", "{tmp}/none.db", "sessions", "list"],  # no store: a usage error

@@ -7,8 +7,7 @@ conversation to a real agent process (the example agent)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -202,13 +201,27 @@ def test_an_example_agent_session_round_trips_and_resumes_with_its_conversation(
         assert cp.get(outcome.session.id).state is SessionState.CLOSED
 
 
-@pytest.mark.timeout(60)
-def test_the_cli_imports_shows_and_refuses_bad_files(tmp_path: Path) -> None:
-    db = str(tmp_path / "cp.db")
+@dataclass(frozen=True)
+class _Ran:
+    returncode: int
+    stdout: str
+    stderr: str
 
-    def acpctl(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "sessions", *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+@pytest.mark.timeout(60)
+def test_the_cli_imports_shows_and_refuses_bad_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from control_plane.cli import app
+
+    db = str(tmp_path / "cp.db")
+    monkeypatch.chdir(tmp_path)  # a resume works in the current directory here
+
+    def acpctl(*args: str) -> _Ran:
+        done = CliRunner().invoke(app, ["--db", db, "sessions", *args], env={"COLUMNS": "200"})
+        return _Ran(done.exit_code, done.stdout, done.stderr)
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(EXAMPLE.read_text().replace('"model_change"', '"model_chnage"', 1))
