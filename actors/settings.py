@@ -9,6 +9,7 @@ from typing import Any
 
 from actors.agent_profiles import AgentProfiles
 from actors.client_mcp import ClientMcpServers
+from actors.delivery.hooks import HookSpec
 from protocol.agent.client import FsForward, FsLimits
 from protocol.agent.permissions import AskCallback, Decision, PermissionPolicy
 from protocol.agent.prestart import PrestartPool
@@ -118,6 +119,12 @@ class RuntimeSettings:
     sessions_per_agent: int = 1
     # How long a shared agent process without sessions waits for the next one.
     shared_agent_idle_s: float = 60.0
+    # The ``[[notify]]`` webhooks (docs/notify.md): delivered by processes that run sessions.
+    notify_hooks: tuple[HookSpec, ...] = ()
+    # Their retries' backoff: the first wait's scale and the longest wait (tenacity's
+    # jittered exponential), and how often a deliverer looks for other processes' events.
+    notify_backoff_s: tuple[float, float] = (0.5, 60.0)
+    notify_poll_s: float = 1.0
     # The ``[retention]`` schedule a process that runs sessions applies (a
     # control_plane.retention.policy.ScheduledGc; ``Any``: the actors never import the
     # control plane), or None.

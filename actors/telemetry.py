@@ -39,3 +39,16 @@ RECOVERIES = Counter(
 def recovered(report: RecoveryReport) -> None:
     RECOVERIES.labels("requeued").inc(len(report.requeued))
     RECOVERIES.labels("failed").inc(len(report.failed))
+
+
+NOTIFY_DELIVERED = Counter(
+    "acpctl_notify_delivered_total",
+    "Webhook notifications a receiver accepted, by hook (its name, else hook<N>).",
+    ["hook"],
+)
+NOTIFY_FAILURES = Counter(
+    "acpctl_notify_failures_total",
+    "Webhook sends that failed, by hook and reason: http_5xx, http_408, http_429, timeout, "
+    "connection, secret_missing (retried); http_4xx, redirect (refused for good: skipped).",
+    ["hook", "reason"],
+)

@@ -47,6 +47,7 @@ from store.placement import Placement
 from store.usage import Budget
 
 if TYPE_CHECKING:  # the transcript reader is imported by the import itself
+    from actors.delivery.notifier import Notifier
     from control_plane.importing import ImportOutcome
     from control_plane.retention.schedule import RetentionSchedule
 
@@ -76,6 +77,8 @@ class ControlPlane(FrontEndServices):
         self._bridge: SubagentBridge | None = None
         # The ``[retention]`` schedule (control_plane/retention/schedule.py), when enabled.
         self._retention: RetentionSchedule | None = None
+        # The ``[[notify]]`` webhooks' deliverers (actors/delivery/notifier.py), when any.
+        self._notifier: Notifier | None = None
         # Activates sessions for prompts submitted without blocking (submit_prompt).
         self._activations = ThreadPoolExecutor(1, thread_name_prefix="cp-activate")
 
@@ -120,6 +123,8 @@ class ControlPlane(FrontEndServices):
             self._retention.stop()
         self._activations.shutdown(wait=True)
         self._supervisor.stop()
+        if self._notifier is not None:  # after the last turn's events, before the store
+            self._notifier.close()
         if self._bridge is not None:
             self._loop.call(self._bridge.stop(), 10)
         self._loop.stop()

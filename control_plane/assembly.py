@@ -65,6 +65,19 @@ def assemble(
             offer.http = bridge.http = HttpTools(bridge, offer.trees, loop.submit)
         if run_sessions:
             supervisor.start()
+        if run_sessions and settings.notify_hooks:
+            # [[notify]] webhooks, each on a thread of its own (docs/notify.md).
+            from actors.delivery.notifier import Notifier
+
+            first, most = settings.notify_backoff_s
+            cp._notifier = Notifier(
+                store,
+                settings.notify_hooks,
+                first_backoff_s=first,
+                max_backoff_s=most,
+                poll_s=settings.notify_poll_s,
+            )
+            cp._notifier.start()
         if run_sessions and settings.retention is not None:
             # serve and batch: the [retention] section's gc, in the background.
             from control_plane.retention.schedule import RetentionSchedule

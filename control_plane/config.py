@@ -58,6 +58,17 @@ variables < command-line flags. The file is ``--config PATH``, else ``ACPCTL_CON
     archive_dir = "~/acpctl-archive"  # one verified .tar.gz per tree before it is deleted
     interval = "1h"                   # how often serve and batch run it
 
+    [[notify]]                        # a webhook (docs/notify.md); as many as wanted
+    url = "https://hooks.example/acpctl"
+    events = ["permission_requested", "turn_ended", "task_failed", "budget_exceeded",
+              "session_error"]
+    secret_env = "ACPCTL_WEBHOOK_SECRET"  # signs each body (the value is never stored)
+    format = "json"                   # or "slack", "ntfy"
+    name = "phone"                    # in logs and metrics (default: hook<N>)
+
+    [console]
+    url = "https://devbox.example:8787/"  # the console's address, for webhooks' links
+
     [agents.claude]
     command = "npx @zed-industries/claude-code-acp"
     env = { ANTHROPIC_API_KEY = "..." }
@@ -87,9 +98,11 @@ from control_plane.config_sections import (
     AgentConfig,
     Budgets,
     ConfigError,
+    ConsoleConfig,
     Defaults,
     Limits,
     NodeConfig,
+    NotifyHook,
     Permissions,
     PriceConfig,
     Retention,
@@ -103,6 +116,7 @@ from state_machines.interrupted_turns import DEFAULT_CONTINUATION
 
 if TYPE_CHECKING:  # imported where used: reading the configuration needs neither
     from actors.agent_profiles import AgentProfiles
+    from actors.delivery.hooks import HookSpec
     from actors.settings import RuntimeSettings
     from store import AgentSpec, StoreOptions
 
@@ -148,6 +162,17 @@ class Config(_Strict):
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     defaults: Defaults = Field(default_factory=Defaults)
     retention: Retention = Field(default_factory=Retention)
+    # [[notify]]: webhooks told of permission requests, turn ends, failures (docs/notify.md).
+    notify: list[NotifyHook] = Field(default_factory=list)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+
+    @field_validator("notify")
+    @classmethod
+    def _names_unique(cls, value: list[NotifyHook]) -> list[NotifyHook]:
+        names = [hook.name for hook in value if hook.name is not None]
+        if len(names) != len(set(names)):
+            raise ValueError("two [[notify]] entries have the same name")
+        return value
 
     @field_validator("db")
     @classmethod
@@ -175,6 +200,24 @@ class Config(_Strict):
         agent logs) lives in created."""
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         return self.db_target
+
+    def notify_hooks(self) -> tuple[HookSpec, ...]:
+        """The ``[[notify]]`` entries as the delivery side holds them."""
+        from actors.delivery.hooks import Format, HookSpec, NotifyType, hook_key
+
+        return tuple(
+            HookSpec(
+                url=hook.url,
+                events=frozenset(NotifyType(name) for name in hook.events),
+                label=hook.name or f"hook{index}",
+                key=hook_key(hook.name, hook.url),
+                format=Format(hook.format),
+                secret_env=hook.secret_env,
+                timeout_s=hook.timeout_s,
+                console_url=self.console.url,
+            )
+            for index, hook in enumerate(self.notify)
+        )
 
     def store_options(self) -> StoreOptions:
         from store import StoreOptions, Synchronous
@@ -222,6 +265,7 @@ class Config(_Strict):
             "agent_nice": self.limits.agent_nice,
             "shared_agent_idle_s": self.timeouts.shared_agent_idle_s,
             "retention": self.retention.scheduled(),
+            "notify_hooks": self.notify_hooks(),
             "log_dir": str(self.db_path.parent / "agent-logs"),
             "budgets": BudgetDefaults(
                 session=None if session is None else session.budget(),
@@ -328,6 +372,10 @@ def redacted(config: Config) -> dict[str, Any]:
     dumped = config.model_dump(mode="json")
     for agent in dumped.get("agents", {}).values():
         agent["env"] = {k: "***" for k in agent.get("env", {})}
+    from actors.delivery.hooks import masked
+
+    for hook in dumped.get("notify", []):
+        hook["url"] = masked(hook["url"])  # a Slack hook's path, an ntfy topic: tokens
     return dumped
 
 

@@ -225,3 +225,74 @@ class Retention(_Strict):
             include_imported=self.include_imported,
         )
         return ScheduledGc(policy, parse_duration(self.interval))
+
+
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_HOOK_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+
+def _http_url(value: str, what: str) -> str:
+    """An absolute http(s) URL with a host; the message never repeats the URL (it may hold a
+    token: an ntfy topic, a Slack hook's path)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        raise ValueError(f"{what} is not a URL") from None
+    spaced = any(c.isspace() for c in value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or spaced:
+        raise ValueError(f"{what} must be an http:// or https:// URL with a host")
+    return value
+
+
+class NotifyHook(_Strict):
+    """One ``[[notify]]`` entry: a webhook told of the events it lists (docs/notify.md)."""
+
+    url: str = Field(repr=False)  # may hold a token: never in logs, metrics or errors
+    events: list[str] = Field(
+        default_factory=lambda: [
+            "permission_requested",
+            "turn_ended",
+            "task_failed",
+            "budget_exceeded",
+            "session_error",
+        ],
+        min_length=1,
+    )
+    # The name of the variable holding the HMAC secret; its value is never stored.
+    secret_env: str | None = Field(default=None, pattern=_ENV_NAME)
+    format: Literal["json", "slack", "ntfy"] = "json"
+    # What logs and metric labels call it (default: hook<N>, its position from 0); also
+    # what its checkpoint is kept by, so a renamed hook starts again at the log's end.
+    name: str | None = Field(default=None, pattern=_HOOK_NAME)
+    timeout_s: float = Field(10.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        return _http_url(value, "url")
+
+    @field_validator("events")
+    @classmethod
+    def _known_events(cls, value: list[str]) -> list[str]:
+        from actors.delivery.hooks import LOG_TYPES
+
+        known = [t.value for t in LOG_TYPES]
+        unknown = [name for name in value if name not in known]
+        if unknown:
+            raise ValueError(f"unknown event {unknown[0]!r} (known: {', '.join(known)})")
+        return list(dict.fromkeys(value))
+
+
+class ConsoleConfig(_Strict):
+    """``[console]``: where people open the web console, for the links webhooks carry
+    (``serve --listen`` may listen on 0.0.0.0 or behind a proxy: its address is no link)."""
+
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _a_url(cls, value: str | None) -> str | None:
+        return None if value is None else _http_url(value, "url")

@@ -85,6 +85,15 @@ class LevelsCollector(Collector):
             "Events not delivered yet, all bindings together.",
             sum(behind for _, _, behind in store.delivery_lag),
         )
+        notify = GaugeMetricFamily(
+            "acpctl_notify_lag_seconds",
+            "Per webhook this process delivers (its name, else hook<N>): how long the oldest "
+            "event of its kinds past its checkpoint has waited; 0 when caught up.",
+            labels=["hook"],
+        )
+        for hook, seconds in levels.notify_lag:
+            notify.add_metric([hook], seconds)
+        yield notify
         yield gauge(
             "acpctl_usage_tokens",
             "Tokens every session in the store has reported (durable, all processes).",

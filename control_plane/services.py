@@ -25,6 +25,7 @@ from store.hashing import command_hash
 from store.location import StoreLocation
 from store.ops import budgets
 from store.ops import permissions as permission_ops
+from store.queries.permissions import PermissionRecord, permission_record
 from store.queries.search import SearchFilters, SearchHit
 from store.search_query import SearchQuery
 from store.tokens import TokenRecord
@@ -32,6 +33,7 @@ from store.usage import Budget, BudgetScope, BudgetStop, Usage
 from store.watch import CommandWait
 
 if TYPE_CHECKING:
+    from actors.delivery.notifier import Notifier
     from control_plane.subagents.server import SubagentBridge
 
 T = TypeVar("T")
@@ -51,6 +53,9 @@ class RuntimeLevels:
     waiting_turns: int  # sessions with work waiting for a slot
     live_sessions: int  # sessions with a live actor (and usually an agent) in this process
     store: queries.StoreLevels  # the store's: every process's sessions
+    # Per [[notify]] hook this process delivers: (label, seconds its oldest pending event
+    # has waited); docs/notify.md.
+    notify_lag: tuple[tuple[str, float], ...] = ()
 
 
 class FrontEndServices:
@@ -58,6 +63,7 @@ class FrontEndServices:
     _loop: ProtocolLoop
     _supervisor: Supervisor
     _bridge: SubagentBridge | None
+    _notifier: Notifier | None
 
     # -- configuration and wiring --------------------------------------------------------
 
@@ -127,10 +133,18 @@ class FrontEndServices:
     # -- permission requests of network clients (control_plane/remote/permissions.py) -------
 
     def open_permission_request(
-        self, request_id: str, session_id: str, tool_call_id: str | None
+        self,
+        request_id: str,
+        session_id: str,
+        tool_call_id: str | None,
+        title: str | None = None,
     ) -> None:
+        """On record, with a ``permission_requested`` event in the session's log (what
+        webhooks are told of: docs/notify.md)."""
         self._store.write(
-            lambda ctx: permission_ops.open_request(ctx, request_id, session_id, tool_call_id)
+            lambda ctx: permission_ops.open_request(
+                ctx, request_id, session_id, tool_call_id, title
+            )
         )
 
     def decide_permission(self, request_id: str, option_id: str | None, decided_by: str) -> bool:
@@ -142,6 +156,11 @@ class FrontEndServices:
 
     def withdraw_permission(self, request_id: str) -> bool:
         return self._store.write(lambda ctx: permission_ops.withdraw(ctx, request_id))
+
+    def permission_request(self, request_id: str) -> PermissionRecord | None:
+        """A permission request put to network clients, as recorded: pending, answered
+        (with the option and the token that chose it) or withdrawn."""
+        return self._store.read(lambda c: permission_record(c, request_id))
 
     def store_fault(self, min_s: float) -> StoreError | None:
         """The store's refusal once every write has failed for ``min_s`` seconds (or at once
@@ -231,6 +250,7 @@ class FrontEndServices:
             waiting_turns=self._supervisor.slots.waiting,
             live_sessions=len(self._supervisor.live_sessions()),
             store=self._store.read(queries.store_levels),
+            notify_lag=() if self._notifier is None else tuple(self._notifier.lag()),
         )
 
     def agent_capabilities(self, command: tuple[str, ...] | list[str]) -> dict[str, Any] | None:

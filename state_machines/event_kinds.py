@@ -36,3 +36,6 @@ class EventKind(StrEnum):
     FORKED = "forked"  # this session began as a copy of another's conversation up to a turn
     FORK_SEED = "fork_seed"  # the forked conversation sent to a new agent with a prompt
     TRANSCRIPT_ENTRY = "transcript_entry"  # one entry of an imported JSONL transcript, verbatim
+    # serve --listen put an agent's permission request to its clients (requestId, toolCallId,
+    # title): written with the request's row, so webhooks learn of it from the log.
+    PERMISSION_REQUESTED = "permission_requested"

@@ -53,6 +53,7 @@ KNOWN_REVISIONS = (
     "0010",
     "0011",
     "0012",
+    "0013",
 )
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 

@@ -204,6 +204,20 @@ permission_requests = Table(
 # A session's requests, for retention's deletion (0012).
 Index("ix_permission_requests_session", permission_requests.c.session_id)
 
+# Webhook checkpoints (0013): per configured ``[[notify]]`` hook (``hook``: its name, or a
+# digest of its URL, never the URL), the id of the last event in the store-wide log it
+# accepted, and the process delivering it (``owner``, judged live as session owners are:
+# node leases, ``/proc``). One row per hook, not per session: a hook applies to every
+# session, those spawned before it was configured too (docs/notify.md).
+notify_checkpoints = Table(
+    "notify_checkpoints",
+    metadata,
+    Column("hook", String, primary_key=True),
+    Column("last_event_id", Integer, nullable=False),
+    Column("owner", String, nullable=True),
+    Column("updated_at", Float, nullable=False),
+)
+
 # Control-plane nodes (0011): one row per process, renewing its lease while it lives. Times
 # are the database's clock (store/ops/nodes.py), so the machines' clocks need not agree.
 nodes = Table(

@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from control_plane.cli import agents as cli_agents
 from control_plane.cli import batch as cli_batch
 from control_plane.cli import gc as cli_gc
+from control_plane.cli import notify as cli_notify
 from control_plane.cli import search as cli_search
 from control_plane.cli import sessions as cli_sessions
 from control_plane.cli import tokens as cli_tokens
@@ -73,6 +74,7 @@ app.add_typer(config_app, name="config")
 app.add_typer(cli_tokens.app, name="tokens")
 app.add_typer(cli_agents.app, name="agents")
 app.add_typer(cli_workspaces.app, name="workspaces")
+app.add_typer(cli_notify.app, name="notify")
 
 
 class LogFormat(StrEnum):

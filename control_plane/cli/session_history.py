@@ -36,23 +36,17 @@ def diff(
     """A unified diff of a session's workspace, between its checkpoints."""
     from actors.workspace import diff as workspace_diff
     from actors.workspace import workspace_of
-    from control_plane.workspace_views import checkpoints
+    from control_plane.workspace_views import NoCheckpoint, checkpoints, turn_range
 
     ctx: Context = typer_ctx.obj
     with errors_as_exit(), opened_store(ctx) as store:
         spec = workspace_of(store.get_session(session_id).metadata)
         if spec is None:
             fail(f"session {session_id} has no workspace (spawned without --workspace)")
-        marks = checkpoints(store, session_id)
-        if not marks:
-            fail(f"session {session_id} has no checkpoint yet")
-        before, after = marks[0].commit, marks[-1].commit
-        if turn is not None:
-            index = next((i for i, m in enumerate(marks) if m.seq == turn and i), None)
-            if index is None:
-                seqs = ", ".join(str(m.seq) for m in marks[1:]) or "none"
-                fail(f"session {session_id} has no checkpoint of turn {turn} (turns: {seqs})")
-            before, after = marks[index - 1].commit, marks[index].commit
+        try:
+            before, after = turn_range(session_id, checkpoints(store, session_id), turn)
+        except NoCheckpoint as exc:
+            fail(str(exc))
         text = workspace_diff(spec, before, after)
     sys.stdout.write(text)
 

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
-from control_plane.remote import console_api
+from control_plane.remote import console_api, console_permissions, console_workspace
 from control_plane.remote.access import may_see
 from control_plane.remote.auth import error_response, token_of, unauthorized
 from control_plane.remote.connection import RemoteConnection
@@ -232,6 +232,8 @@ def build_app(hub: Hub) -> App:
             Route("/readyz", readyz),
             Route("/metrics", metrics),
             *console_api.ROUTES,
+            *console_workspace.ROUTES,
+            *console_permissions.ROUTES,
             Mount("/", console_files()),
         ],
         middleware=[Middleware(AccessLog)],

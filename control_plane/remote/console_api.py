@@ -9,9 +9,12 @@ store's levels and batch progress come from here.
   newest match first, each with its ``match`` snippet; a session whose id or spawn key is
   ``q`` comes first.
 - ``GET /api/sessions/{id}``: the session, its commands' counts, running turn, usage, and its
-  children with each one's last outcome.
+  subagent tree: its children with each one's last outcome and its own children.
 - ``GET /api/sessions/{id}/transcript``: the JSONL transcript v3 (a download).
 - ``GET /api/status``: the store's levels, this server's connections, and batch progress.
+
+A session's workspace and turn diffs are in ``console_workspace.py``, a permission request
+as recorded in ``console_permissions.py``; both answer through ``answer`` here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,13 @@ from starlette.routing import Route
 from control_plane.remote.access import may_see
 from control_plane.remote.auth import error_response, token_of, unauthorized
 from control_plane.remote.hub import Hub
-from state_machines import COMMAND_MACHINE, CommandState, SessionNotFound, SessionState
+from state_machines import (
+    COMMAND_MACHINE,
+    CommandState,
+    ControlPlaneError,
+    SessionNotFound,
+    SessionState,
+)
 from store import CommandRecord, SessionRecord
 from store.queries.search import SearchFilters
 from store.search_query import SearchQueryError
@@ -39,7 +49,7 @@ LIST_LIMIT = 200
 SCAN_LIMIT = 5_000  # sessions looked at for batch progress (the list pages without a cap)
 
 
-def _token(request: Request) -> TokenRecord | None:
+def request_token(request: Request) -> TokenRecord | None:
     found = token_of(request.app.state.hub, request.headers, request.cookies)
     if found is None:
         return None
@@ -47,8 +57,40 @@ def _token(request: Request) -> TokenRecord | None:
     return found[0]
 
 
-def _visible(token: TokenRecord, session: SessionRecord) -> bool:
+def visible(token: TokenRecord, session: SessionRecord) -> bool:
     return may_see(token.id, token.sessions, session.metadata)
+
+
+class Refused(ControlPlaneError):
+    """An answer other than the view asked for: its HTTP status and reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def seen(hub: Hub, token: TokenRecord, session_id: str) -> SessionRecord:
+    """The session, if the token may see it (``SessionNotFound``, else ``Refused`` 403)."""
+    session = hub.cp.get(session_id)
+    if not visible(token, session):
+        raise Refused(403, "the token may only see the sessions it created")
+    return session
+
+
+async def answer(request: Request, read: Callable[..., Any], *args: Any) -> Response:
+    """``read(hub, token, session id, *args)`` off the loop, as JSON; 401 without a valid
+    token, 404 for an unknown session, ``Refused``'s status and reason."""
+    token = request_token(request)
+    if token is None:
+        return unauthorized()
+    hub: Hub = request.app.state.hub
+    try:
+        found = await asyncio.to_thread(read, hub, token, request.path_params["id"], *args)
+    except SessionNotFound:
+        return error_response(404, "no such session")
+    except Refused as exc:
+        return error_response(exc.status, str(exc))
+    return JSONResponse(found)
 
 
 def _session_json(session: SessionRecord, commands: list[CommandRecord]) -> dict[str, Any]:
@@ -104,7 +146,7 @@ def _list(
     out: list[Any] = []
     for _ in range(MAX_SCANNED_PAGES):
         page, following = hub.cp.sessions_page(states, before, limit - len(out))
-        out += [_entry(hub, s) for s in page if _visible(token, s)]
+        out += [_entry(hub, s) for s in page if visible(token, s)]
         if following is None:
             return out, None
         before = following
@@ -126,13 +168,13 @@ def _search(
     out: list[Any] = []
     if before is None:
         exact = _exact(hub, q)
-        if exact is not None and _visible(token, exact) and (not states or exact.state in states):
+        if exact is not None and visible(token, exact) and (not states or exact.state in states):
             out.append(_entry(hub, exact))
     for _ in range(MAX_SCANNED_PAGES):
         hits = hub.cp.search(q, SearchFilters(states=states, before=before), limit)
         for hit in hits:
             before = hit.doc_id
-            if _visible(token, hit.session) and all(e["id"] != hit.session.id for e in out):
+            if visible(token, hit.session) and all(e["id"] != hit.session.id for e in out):
                 entry = _entry(hub, hit.session)
                 entry["match"] = {
                     "role": hit.role,
@@ -181,7 +223,7 @@ def _search_cursor(cursor: str | None) -> int | None:
 
 
 async def me(request: Request) -> Response:
-    token = _token(request)
+    token = request_token(request)
     if token is None:
         return unauthorized()
     return JSONResponse(
@@ -190,7 +232,7 @@ async def me(request: Request) -> Response:
 
 
 async def sessions(request: Request) -> Response:
-    token = _token(request)
+    token = request_token(request)
     if token is None:
         return unauthorized()
     names = [n for n in request.query_params.get("state", "").split(",") if n]
@@ -223,21 +265,40 @@ async def sessions(request: Request) -> Response:
 
 def _details(hub: Hub, token: TokenRecord, session_id: str) -> dict[str, Any] | None:
     session = hub.cp.get(session_id)
-    if not _visible(token, session):
+    if not visible(token, session):
         return None
     entry = _session_json(session, hub.cp.commands(session_id))
     usage = hub.cp.usage(session_id)
     tree = hub.cp.usage(session_id, tree=True)
     entry["usage"] = {"tokens": usage.total_tokens, "costUsd": usage.cost_usd}
     entry["treeUsage"] = {"tokens": tree.total_tokens, "costUsd": tree.cost_usd}
-    entry["children"] = [
-        _session_json(child, hub.cp.commands(child.id)) for child in hub.cp.children(session_id)
-    ]
+    entry["hasWorkspace"] = session.metadata.get("workspace") is not None
+    budget = [TREE_LIMIT]
+    entry["children"] = _subtree(hub, session_id, budget)
+    entry["treeTruncated"] = budget[0] < 0
     return entry
 
 
+# The subagent tree shown under a session: at most this many sessions below it.
+TREE_LIMIT = 200
+
+
+def _subtree(hub: Hub, session_id: str, budget: list[int]) -> list[dict[str, Any]]:
+    """The session's children, each with its own ``children``, depth first; ``budget[0]``
+    counts down the sessions still to show (negative once some were left out)."""
+    out: list[dict[str, Any]] = []
+    for child in hub.cp.children(session_id):
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
+        node = _session_json(child, hub.cp.commands(child.id))
+        node["children"] = _subtree(hub, child.id, budget)
+        out.append(node)
+    return out
+
+
 async def session(request: Request) -> Response:
-    token = _token(request)
+    token = request_token(request)
     if token is None:
         return unauthorized()
     hub: Hub = request.app.state.hub
@@ -251,7 +312,7 @@ async def session(request: Request) -> Response:
 
 
 def _export(hub: Hub, token: TokenRecord, session_id: str) -> bytes | None:
-    if not _visible(token, hub.cp.get(session_id)):
+    if not visible(token, hub.cp.get(session_id)):
         return None
     with tempfile.TemporaryDirectory(prefix="acpctl-export-") as tmp:
         path = hub.cp.export_jsonl(session_id, Path(tmp) / "transcript.jsonl")
@@ -259,7 +320,7 @@ def _export(hub: Hub, token: TokenRecord, session_id: str) -> bytes | None:
 
 
 async def transcript(request: Request) -> Response:
-    token = _token(request)
+    token = request_token(request)
     if token is None:
         return unauthorized()
     hub: Hub = request.app.state.hub
@@ -282,7 +343,7 @@ def _status(hub: Hub, token: TokenRecord) -> dict[str, Any]:
     batches: dict[str, Counter[str]] = {}
     for s in hub.cp.list_sessions(None, SCAN_LIMIT):
         batch = s.metadata.get("batch")
-        if batch is None or not _visible(token, s):
+        if batch is None or not visible(token, s):
             continue
         commands = hub.cp.commands(s.id)
         last = max(commands, key=lambda c: c.seq, default=None)
@@ -317,7 +378,7 @@ def _status(hub: Hub, token: TokenRecord) -> dict[str, Any]:
 
 
 async def status(request: Request) -> Response:
-    token = _token(request)
+    token = request_token(request)
     if token is None:
         return unauthorized()
     return JSONResponse(await asyncio.to_thread(_status, request.app.state.hub, token))

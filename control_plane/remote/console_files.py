@@ -1,5 +1,5 @@
-"""The console's files (``control_plane/remote/console/``: HTML, CSS and one JavaScript
-module, shipped in the package, no build step), served at ``/`` with headers that keep the
+"""The console's files (``control_plane/remote/console/``: HTML, CSS and JavaScript
+modules, shipped in the package, no build step), served at ``/`` with headers that keep the
 page to itself: no script, style or connection from elsewhere, no framing, no referrer."""
 
 from __future__ import annotations

@@ -116,9 +116,14 @@ class PermissionRouter:
             asyncio.get_running_loop().create_future(),
         )
         tool_call_id = params.get("toolCall", {}).get("toolCallId")
+        title = params.get("toolCall", {}).get("title")
         try:
             await asyncio.to_thread(
-                self._cp.open_permission_request, pending.request_id, session_id, tool_call_id
+                self._cp.open_permission_request,
+                pending.request_id,
+                session_id,
+                tool_call_id,
+                title if isinstance(title, str) else None,
             )
         except ControlPlaneError as exc:
             log.warning("permission request not recorded (%s): answered cancelled", exc)

@@ -9,7 +9,9 @@ With no directive the agent thinks ``Considering: <message>`` and streams
 
 ``#updates=N`` (no thought chunk), ``#tool`` / ``#permission`` (permission request,
 then tool call), ``#read=PATH``, ``#readlines=PATH:LINE:LIMIT``,
-``#write=PATH:CONTENT``, ``#plan``, ``#title=A_B``, ``#unknown-update``, ``#hang``,
+``#write=PATH:CONTENT``, ``#edit=PATH:CONTENT`` (``\\n`` a line break: an edit tool call
+with the diff), ``#plan``, ``#plan-steps`` (the plan sent again per step, ``#delay`` apart),
+``#title=A_B``, ``#unknown-update``, ``#hang``,
 ``#hang-hard``, ``#garbage``, ``#flood-stderr=BYTES``, ``#oversize=BYTES``,
 ``#history``; then the reply streams (``#chunks=N`` / ``#updates=N`` replace the
 echo, ``#delay=MS`` paces it, ``#cost=USD`` sends a ``usage_update`` with the session's

@@ -34,7 +34,11 @@ class Directives:
     read: str | None = None
     readlines: tuple[str, int, int] | None = None
     write: tuple[str, str] | None = None
+    # #edit=PATH:CONTENT (a backslash and n: a line break): written through the client and
+    # reported as an edit tool call whose content is the diff (path, oldText, newText)
+    edit: tuple[str, str] | None = None
     plan: bool = False
+    plan_steps: bool = False  # a plan sent again as each of its steps is done
     title: str | None = None
     unknown_update: bool = False
     hang: bool = False
@@ -81,7 +85,7 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
     """Set the field for one ``#name=value`` word; unknown names are logged and ignored."""
     if name in _FLAGS:
         setattr(d, name, True)
-    elif name in ("unknown-update", "hang-hard", "mcp-servers"):
+    elif name in ("unknown-update", "hang-hard", "mcp-servers", "plan-steps"):
         setattr(d, name.replace("-", "_"), True)
     elif name in ("chunks", "updates", "delay", "think", "flood-stderr", "oversize"):
         number = int(value)
@@ -104,6 +108,11 @@ def _apply_directive(d: Directives, name: str, value: str) -> None:
         if not sep:
             raise ValueError("expected PATH:CONTENT")
         d.write = (path, content)
+    elif name == "edit":
+        path, sep, content = value.partition(":")
+        if not sep or not path:
+            raise ValueError("expected PATH:CONTENT")
+        d.edit = (path, content.replace("\\n", "\n"))
     elif name == "title":
         d.title = value.replace("_", " ")
     elif name in ("spawn", "spawn-session"):

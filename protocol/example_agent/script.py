@@ -18,6 +18,7 @@ from acp import (
     start_tool_call,
     text_block,
     tool_content,
+    tool_diff_content,
     update_agent_message_text,
     update_agent_thought_text,
     update_tool_call,
@@ -217,7 +218,28 @@ class TurnScript:
                 extras.append(f"wrote: {path}")
             except RequestError as exc:
                 extras.append(f"write error: {exc.code} {exc}")
+        if d.edit is not None:
+            extras.append(await self._edit(record, *d.edit))
         return extras
+
+    async def _edit(self, record: SessionRecord, path: str, content: str) -> str:
+        """``#edit``: the file read and written through the client, as an edit tool call
+        whose content is the diff (what coding agents report for their edits)."""
+        sid, target = record.session_id, _abs(record, path)
+        tool_id = f"edit-{len(record.history) + 1}"
+        await self._send(sid, start_tool_call(tool_id, f"Edit {path}", kind="edit"))
+        try:
+            old = (await self.conn.read_text_file(session_id=sid, path=target)).content
+        except RequestError:
+            old = None  # a new file
+        try:
+            await self.conn.write_text_file(session_id=sid, path=target, content=content)
+        except RequestError as exc:
+            await self._send(sid, update_tool_call(tool_id, status="failed"))
+            return f"edit error: {exc.code} {exc}"
+        diff = tool_diff_content(path, content, old)
+        await self._send(sid, update_tool_call(tool_id, status="completed", content=[diff]))
+        return f"edited: {path}"
 
     async def _notices(self, record: SessionRecord, d: Directives) -> None:
         """Send the plan, title and vendor-specific updates requested by directives."""
@@ -228,6 +250,8 @@ class TurnScript:
                 PlanEntry(content="Echo the message", priority="medium", status="in_progress"),
             ]
             await self._send(sid, AgentPlanUpdate(session_update="plan", entries=entries))
+        if d.plan_steps:
+            await self._plan_steps(sid, (d.delay_ms or 0) / 1000)
         if d.title is not None:
             record.title = d.title
             info = SessionInfoUpdate(
@@ -240,6 +264,23 @@ class TurnScript:
             await self.conn._conn.send_notification(
                 "session/update", {"sessionId": sid, "update": update}
             )
+
+    async def _plan_steps(self, sid: str, pause: float) -> None:
+        """``#plan-steps``: a three-step plan, sent again as each step starts and ends (a
+        plan update is the whole plan: the client replaces what it shows)."""
+        steps = (("Read the code", "high"), ("Change it", "medium"), ("Run the tests", "low"))
+        for done in range(len(steps) + 1):
+            entries = [
+                PlanEntry(
+                    content=content,
+                    priority=priority,
+                    status="completed" if i < done else "in_progress" if i == done else "pending",
+                )
+                for i, (content, priority) in enumerate(steps)
+            ]
+            await self._send(sid, AgentPlanUpdate(session_update="plan", entries=entries))
+            if pause and done < len(steps):
+                await asyncio.sleep(pause)
 
     async def _stream(self, sid: str, chunks: list[str], d: Directives, turn: TurnState) -> None:
         """Send reply chunks, pausing between them; ``#crash`` dies after the first one."""

@@ -172,7 +172,7 @@ async def test_a_plan_and_a_tool_call_render_and_the_transcript_downloads(
     assert "tool output: planned work" in await tool.inner_text()
     # The example agent sends the plan after the tool call: read it once the turn has ended.
     await page.wait_for_selector(".stop:text('end_turn')")
-    plan = await page.query_selector_all(".plan li")
+    plan = await page.query_selector_all(".plan li .entry")
     assert [await li.inner_text() for li in plan] == ["Read the message", "Echo the message"]
     assert await page.get_attribute(".plan li:first-child", "class") == "completed"
     # The transcript export downloads the session as JSONL.

@@ -115,6 +115,7 @@ PINNED_CONTROL_PLANE = [
     "open_permission_request",
     "decide_permission",
     "withdraw_permission",
+    "permission_request",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.

@@ -1,54 +1,20 @@
 // The acpctl console: one more client of `acpctl serve --listen`. Sessions stream over ACP on
 // the WebSocket (session/load with the last position after a reconnect, so nothing shows
 // twice); lists and status come from the read-only JSON API (/api/...). No framework, no
-// build step: this file is what the browser runs. Agent text is never put into the page as
-// HTML: everything is built as DOM nodes with textContent.
+// build step: this file and the modules it imports are what the browser runs. Agent text is
+// never put into the page as HTML: everything is built as DOM nodes with textContent.
 
-const TOKEN_KEY = "acpctl.token";
+import { api, auth, download, Unauthorized } from "./api.js";
+import { ago, el, stateBadge } from "./dom.js";
+import { toolDiff } from "./diffs.js";
+import { landOnPermission } from "./permission_link.js";
+import { sidePanel } from "./session_side.js";
+import { turnDiffView } from "./turn_diff.js";
+
 const view = document.getElementById("view");
 const problem = document.getElementById("problem");
-let token = sessionStorage.getItem(TOKEN_KEY);
 let me = null;
 let cleanup = () => {};
-
-// -- small helpers ---------------------------------------------------------------------------
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === undefined || value === null || value === false) continue;
-    if (key === "class") node.className = value;
-    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else node.setAttribute(key, value === true ? "" : value);
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function ago(iso) {
-  if (!iso) return "";
-  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (seconds < 60) return `${Math.round(seconds)}s ago`;
-  if (seconds < 3600) return `${Math.round(seconds / 60)}m ago`;
-  if (seconds < 86400) return `${Math.round(seconds / 3600)}h ago`;
-  return `${Math.round(seconds / 86400)}d ago`;
-}
-
-function stateBadge(state) {
-  return el("span", { class: `state ${state}` }, state);
-}
-
-class Unauthorized extends Error {}
-
-async function api(path) {
-  const response = await fetch(path, { headers: { Authorization: `Bearer ${token}` } });
-  if (response.status === 401) throw new Unauthorized("the token was refused");
-  if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
-  return response.json();
-}
 
 function every(ms, fn) {
   let stopped = false;
@@ -117,30 +83,9 @@ function markdown(text) {
   return nodes;
 }
 
-function lineDiff(oldText, newText) {
-  const a = (oldText || "").split("\n");
-  const b = (newText || "").split("\n");
-  if (a.length * b.length > 160000) {
-    return [...a.map((l) => ["del", l]), ...b.map((l) => ["add", l])];
-  }
-  const lcs = Array.from({ length: a.length + 1 }, () => new Array(b.length + 1).fill(0));
-  for (let i = a.length - 1; i >= 0; i--)
-    for (let j = b.length - 1; j >= 0; j--)
-      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
-  const out = [];
-  let i = 0;
-  let j = 0;
-  while (i < a.length && j < b.length) {
-    if (a[i] === b[j]) { out.push(["same", a[i]]); i++; j++; }
-    else if (lcs[i + 1][j] >= lcs[i][j + 1]) out.push(["del", a[i++]]);
-    else out.push(["add", b[j++]]);
-  }
-  while (i < a.length) out.push(["del", a[i++]]);
-  while (j < b.length) out.push(["add", b[j++]]);
-  return out;
-}
-
 // -- the conversation ------------------------------------------------------------------------
+
+const PLAN_MARKS = { completed: "✓", in_progress: "▸", pending: "○" };
 
 class Conversation {
   constructor(container) {
@@ -150,6 +95,7 @@ class Conversation {
     this.pending = new Set(); // text blocks to render again
     this.incoming = []; // new blocks, appended at the next flush
     this.frame = null;
+    this.planNode = null; // the running turn's plan card
   }
 
   atBottom() {
@@ -180,6 +126,7 @@ class Conversation {
         node.body = node;
       }
       this.last = { kind, node, text: "" };
+      if (kind === "user") this.planNode = null; // a new turn: a new plan card
       this.add(node);
     }
     this.last.text += text;
@@ -224,31 +171,37 @@ class Conversation {
   }
 
   toolContent(item) {
-    if (item.type === "diff") {
-      return el("div", { class: "diff" },
-        el("div", { class: "muted" }, item.path || ""),
-        lineDiff(item.oldText, item.newText).map(([kind, line]) =>
-          el("div", { class: kind }, `${kind === "add" ? "+" : kind === "del" ? "-" : " "} ${line}`)));
-    }
+    if (item.type === "diff") return toolDiff(item);
     if (item.type === "content" && item.content && item.content.type === "text") {
       return el("pre", {}, item.content.text);
     }
     return el("div", { class: "muted" }, item.type || "content");
   }
 
+  // A plan update is the whole plan: the turn's plan card is drawn again in place, where
+  // the turn's first plan appeared (a new turn starts a new card).
   plan(update) {
-    const list = el("ul", {}, (update.entries || []).map((entry) =>
-      el("li", { class: entry.status }, entry.content || "")));
-    if (this.last && this.last.kind === "plan") this.last.node.replaceChildren(el("strong", {}, "Plan"), list);
-    else {
-      const node = el("div", { class: "msg plan" }, el("strong", {}, "Plan"), list);
-      this.last = { kind: "plan", node, text: "" };
-      this.add(node);
+    const entries = update.entries || [];
+    const done = entries.filter((e) => e.status === "completed").length;
+    const list = el("ol", {}, entries.map((entry) =>
+      el("li", { class: entry.status, "data-status": entry.status, "data-priority": entry.priority },
+        el("span", { class: "mark", "aria-hidden": "true" }, PLAN_MARKS[entry.status] || "○"),
+        el("span", { class: "entry" }, entry.content || ""),
+        el("span", { class: "visually-hidden" }, ` (${(entry.status || "pending").replace("_", " ")})`),
+        entry.priority ? el("span", { class: `priority ${entry.priority}` }, entry.priority) : null)));
+    const head = el("div", { class: "plan-head" }, el("strong", {}, "Plan"), " ",
+      el("span", { class: "muted progress" }, `${done} of ${entries.length} done`));
+    if (!this.planNode) {
+      this.planNode = el("div", { class: "msg plan", role: "group", "aria-label": "Plan" });
+      this.last = null;
+      this.add(this.planNode);
     }
+    this.planNode.replaceChildren(head, list);
   }
 
   stop(reason) {
     this.last = null;
+    this.planNode = null;
     this.add(el("div", { class: "stop" }, `— ${reason} —`));
   }
 
@@ -291,7 +244,7 @@ class SessionStream {
 
   connect() {
     const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/acp`;
-    this.ws = new WebSocket(url, ["acp", `acpctl.bearer.${token}`]);
+    this.ws = new WebSocket(url, ["acp", `acpctl.bearer.${auth.token}`]);
     this.ws.onmessage = (event) => this.received(JSON.parse(event.data));
     this.ws.onopen = () => this.opened();
     this.ws.onclose = () => this.dropped();
@@ -401,22 +354,21 @@ function showLogin(message = "") {
   form.querySelector("#token").focus();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    token = form.querySelector("#token").value.trim();
+    auth.token = form.querySelector("#token").value.trim();
     try {
       me = await api("/api/me");
     } catch {
-      token = null;
+      auth.token = null;
       form.querySelector("#login-error").textContent = "That token was refused.";
       return;
     }
-    sessionStorage.setItem(TOKEN_KEY, token);
-    route();
+    auth.keep(auth.token);
+    route(); // the same address as before the login: a deep link survives it
   });
 }
 
 function logout(message = "") {
-  sessionStorage.removeItem(TOKEN_KEY);
-  token = null;
+  auth.forget();
   me = null;
   showLogin(message);
 }
@@ -481,7 +433,7 @@ function sessionsView() {
   return every(2000, load);
 }
 
-function sessionView(sessionId) {
+function sessionView(sessionId, options = {}) {
   const conversation = el("div", { class: "conversation", "aria-live": "polite", "aria-label": "Conversation" });
   const permissions = el("div", { "aria-live": "assertive" });
   const status = el("span", { class: "muted", id: "stream-status" }, "connecting…");
@@ -489,12 +441,32 @@ function sessionView(sessionId) {
   const send = el("button", { type: "submit", id: "send" }, "Send");
   const cancel = el("button", { type: "button", class: "quiet", id: "cancel" }, "Cancel turn");
   const composer = el("form", { class: "composer", id: "composer" }, input, el("div", { class: "actions" }, send, cancel));
-  const side = el("div");
-  const head = el("div", { class: "session-head" }, el("h1", {}, sessionId), status);
-  view.replaceChildren(head, el("div", { class: "grid2" },
-    el("section", {}, permissions, conversation, composer), el("aside", {}, side)));
-  const chat = new Conversation(conversation);
+  const exportButton = el("button", { type: "button", class: "quiet", id: "export", title: "The JSONL transcript (v3) of the session" }, "Export transcript");
+  const title = el("h1", {}, sessionId);
+  const head = el("div", { class: "session-head" }, title, status, el("span", { class: "spacer" }), exportButton);
   const readOnly = me.access !== "control";
+  const side = sidePanel({
+    sessionId,
+    readOnly,
+    onClose: async () => {
+      if (!confirm("Close this session for good?")) return;
+      await stream.request("session/close", { sessionId });
+    },
+  });
+  view.replaceChildren(head, el("div", { class: "grid2" },
+    el("section", {}, permissions, conversation, composer), el("aside", {}, side.node)));
+  const chat = new Conversation(conversation);
+  const link = options.permission
+    ? landOnPermission({ sessionId, requestId: options.permission, box: permissions, readOnly })
+    : null;
+  exportButton.addEventListener("click", async () => {
+    try {
+      await download(`/api/sessions/${encodeURIComponent(sessionId)}/transcript`, `${sessionId}.jsonl`);
+    } catch (error) {
+      problem.textContent = `Could not export: ${error.message}`;
+      problem.hidden = false;
+    }
+  });
   if (readOnly) {
     for (const node of [input, send, cancel]) node.disabled = true;
     input.placeholder = "This token is watch-only: it can follow the session, not prompt it.";
@@ -542,15 +514,18 @@ function sessionView(sessionId) {
               stream.answer(request, option.optionId);
               dialog.remove();
               dialogs.delete(request.id);
+              if (link) link.settled(request.id);
             },
           }, option.name || option.optionId))));
       dialogs.set(request.id, dialog);
       permissions.append(dialog);
       const first = dialog.querySelector("button:not([disabled])");
       if (first) first.focus();
+      if (link) link.arrived(request.id, dialog);
     },
     withdrawn: (requestId) => {
       const dialog = dialogs.get(requestId);
+      if (link) link.settled(requestId);
       if (!dialog) return;
       dialogs.delete(requestId);
       dialog.replaceChildren(el("div", { class: "banner" }, "Answered elsewhere."));
@@ -573,46 +548,18 @@ function sessionView(sessionId) {
   });
   cancel.addEventListener("click", () => stream && stream.notify("session/cancel", { sessionId }));
 
-  const renderSide = (d) => {
-    const close = el("button", { type: "button", class: "danger", id: "close-session", disabled: readOnly || d.state === "closed" }, "Close session");
-    close.addEventListener("click", async () => {
-      if (!confirm("Close this session for good?")) return;
-      await stream.request("session/close", { sessionId });
-    });
-    const exportLink = el("button", { type: "button", class: "quiet", id: "export" }, "Export transcript");
-    exportLink.addEventListener("click", async () => {
-      const response = await fetch(`/api/sessions/${sessionId}/transcript`, { headers: { Authorization: `Bearer ${token}` } });
-      const url = URL.createObjectURL(await response.blob());
-      el("a", { href: url, download: `${sessionId}.jsonl` }).click();
-      URL.revokeObjectURL(url);
-    });
-    side.replaceChildren(
-      el("div", { class: "card" },
-        el("dl", { class: "kv" },
-          el("dt", {}, "State"), el("dd", {}, stateBadge(d.state)),
-          el("dt", {}, "Agent"), el("dd", {}, d.agent),
-          el("dt", {}, "Directory"), el("dd", {}, d.cwd),
-          el("dt", {}, "Queue mode"), el("dd", {}, d.queueMode),
-          el("dt", {}, "Queued"), el("dd", {}, String(d.queued)),
-          el("dt", {}, "Usage"), el("dd", {}, `${d.usage.tokens} tokens, $${d.usage.costUsd.toFixed(4)}`),
-          d.key ? [el("dt", {}, "Key"), el("dd", {}, d.key)] : null,
-          d.lastError ? [el("dt", {}, "Error"), el("dd", {}, d.lastError)] : null),
-        el("div", { class: "row" }, close, exportLink)),
-      el("div", { class: "card" }, el("strong", {}, "Subagents"),
-        d.children.length
-          ? el("ul", { class: "tree" }, d.children.map((c) => el("li", {},
-              stateBadge(c.state), " ", el("a", { href: `#/s/${c.id}` }, c.title || c.key || c.id.slice(0, 8)),
-              c.lastOutcome ? el("span", { class: "muted" }, ` ${c.lastOutcome.state}${c.lastOutcome.stopReason ? ` (${c.lastOutcome.stopReason})` : ""}`) : null)))
-          : el("p", { class: "muted" }, "None.")));
-  };
-
   const stopPolling = every(3000, async () => {
-    details = await api(`/api/sessions/${sessionId}`);
-    renderSide(details);
+    details = await api(`/api/sessions/${encodeURIComponent(sessionId)}`);
+    const workspace = details.hasWorkspace
+      ? await api(`/api/sessions/${encodeURIComponent(sessionId)}/workspace`)
+      : null;
+    title.textContent = details.title || details.key || sessionId;
+    side.render(details, workspace);
     if (!stream) stream = new SessionStream(details, handlers);
   });
   return () => {
     stopPolling();
+    if (link) link.stop();
     if (stream) stream.close();
   };
 }
@@ -655,7 +602,7 @@ function statusView() {
 async function route() {
   cleanup();
   cleanup = () => {};
-  if (!token) return showLogin();
+  if (!auth.token) return showLogin();
   if (!me) {
     try {
       me = await api("/api/me");
@@ -665,10 +612,16 @@ async function route() {
   }
   document.getElementById("who").textContent = `${me.name} · ${me.access}${me.sessions === "own" ? " · own sessions" : ""}`;
   document.getElementById("logout").hidden = false;
-  const hash = location.hash || "#/";
-  const session = hash.match(/^#\/s\/([^/]+)$/);
-  if (session) cleanup = sessionView(decodeURIComponent(session[1]));
-  else if (hash === "#/status") cleanup = statusView();
+  // #/s/<id>, #/s/<id>?permission=<request id> (a webhook's link), #/s/<id>/turns/<seq>
+  const [path, query] = (location.hash || "#/").split("?", 2);
+  const params = new URLSearchParams(query || "");
+  const session = path.match(/^#\/s\/([^/]+)$/);
+  const turn = path.match(/^#\/s\/([^/]+)\/turns\/([^/]+)$/);
+  if (session) cleanup = sessionView(decodeURIComponent(session[1]), { permission: params.get("permission") });
+  else if (turn) turnDiffView(view, decodeURIComponent(turn[1]), decodeURIComponent(turn[2])).catch((error) => {
+    if (error instanceof Unauthorized) logout("The token was refused.");
+  });
+  else if (path === "#/status") cleanup = statusView();
   else cleanup = sessionsView();
 }
 
