@@ -105,15 +105,14 @@ def _cases(store: Store, vocab: Vocabulary) -> dict[str, Callable[[], Any]]:
 
 
 def _deep_cursor(store: Store) -> tuple[float, str]:
-    """A cursor halfway down the list (walked there by pages of 1,000)."""
-    half = sum(store.read(queries.count_sessions_by_state).values()) // 2
+    """A cursor halfway down the list (walked there by pages of at most 1,000)."""
+    half = max(1, sum(store.read(queries.count_sessions_by_state).values()) // 2)
     cursor = None
     walked = 0
     while walked < half:
-        page, cursor = store.sessions_page((), cursor, 1000)
+        page, cursor = store.sessions_page((), cursor, min(1000, half - walked))
         walked += len(page)
-        if cursor is None:
-            break
+        assert cursor is not None, "fewer sessions than counted"
     assert cursor is not None
     return cursor
 

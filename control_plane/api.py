@@ -10,9 +10,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actors.client_mcp import redacted as redacted_mcp_servers
@@ -22,19 +21,17 @@ from actors.supervisor import Supervisor
 from control_plane import forking
 from control_plane.assembly import assemble
 from control_plane.content import PromptInput, prompt_blocks
-from control_plane.outcome import Outcome
-from control_plane.services import FrontEndServices
+from control_plane.host_reads import HostReads
+from control_plane.import_api import TranscriptImports
 from control_plane.subagents.server import SubagentBridge
 from control_plane.waiting import Waiters
 from protocol.loop import ProtocolLoop
-from state_machines import COMMAND_MACHINE, QueueMode, SessionState
+from state_machines import QueueMode, SessionState
 from store import (
     AgentSpec,
-    BindingRecord,
     BindingSpec,
     CommandKind,
     CommandRecord,
-    EventRecord,
     RecoveryReport,
     SessionRecord,
     SinkKind,
@@ -48,13 +45,12 @@ from store.usage import Budget
 
 if TYPE_CHECKING:  # the transcript reader is imported by the import itself
     from actors.delivery.notifier import Notifier
-    from control_plane.importing import ImportOutcome
     from control_plane.retention.schedule import RetentionSchedule
 
 AgentInput = AgentSpec | str | list[str] | tuple[str, ...]
 
 
-class ControlPlane(FrontEndServices):
+class ControlPlane(HostReads, TranscriptImports):
     """Open with ``ControlPlane.open(path)``; use as a context manager to close cleanly.
 
     The store, the supervisor of the session actors, the protocol loop and delivery are
@@ -364,30 +360,6 @@ class ControlPlane(FrontEndServices):
             )
         return result
 
-    def import_transcript(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        resume: AgentInput | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        idempotency_key: str | None = None,
-    ) -> ImportOutcome:
-        """A JSONL transcript (versions 1 to 3) as a closed, read-only session; the same bytes
-        again return that session. With ``resume`` (an agent, as ``spawn`` takes one), also a
-        new session of that agent whose first prompt carries the conversation
-        (``docs/store.md``, "Import"). A bad line: ``TranscriptFormatError`` with its number."""
-        from control_plane.importing import import_transcript
-
-        spec = None if resume is None else self.resolve_agent(resume)
-        if spec is not None:
-            self.settings.agent_profiles.remember(spec)
-        outcome = import_transcript(
-            self._store, path, resume_agent=spec, cwd=cwd, idempotency_key=idempotency_key
-        )
-        if outcome.resumed is not None:  # its agent starts now, as a fork's does
-            self._supervisor.notify(outcome.resumed.id)
-        return outcome
-
     def close_session(self, session_id: str, reason: str = "closed") -> SessionRecord:
         """Close for good: the agent is stopped, open commands are cancelled; then every
         descendant, parents before children, so no announce lands in a closed parent (a
@@ -408,65 +380,3 @@ class ControlPlane(FrontEndServices):
     def _close_one(self, session_id: str, reason: str) -> None:
         if not self._supervisor.close(session_id, reason):
             self._store.close_session(session_id, reason)
-
-    # -- reading -------------------------------------------------------------------------
-
-    def get(self, session_id: str) -> SessionRecord:
-        return self._store.get_session(session_id)
-
-    def command(self, command_id: str) -> CommandRecord:
-        return self._store.get_command(command_id)
-
-    def commands(self, session_id: str) -> list[CommandRecord]:
-        return self._store.commands_of(session_id)
-
-    def wait(self, command_id: str, timeout: float | None = None) -> Outcome:
-        """Block until the command is final (``TimeoutError`` after ``timeout`` seconds)."""
-        return Outcome.of(self._waiters.command(command_id, timeout))
-
-    def result(self, command_id: str) -> Outcome | None:
-        """The command's outcome, or None while it is queued or running."""
-        command = self._store.get_command(command_id)
-        return Outcome.of(command) if command.state in COMMAND_MACHINE.final else None
-
-    def list_sessions(
-        self, state: SessionState | None = None, limit: int = 100, after_id: str | None = None
-    ) -> list[SessionRecord]:
-        return self._store.list_sessions(state=state, limit=limit, after_id=after_id)
-
-    def events(
-        self, session_id: str, after_seq: int = 0, limit: int | None = None
-    ) -> list[EventRecord]:
-        return self._store.events(session_id, after_seq, limit)
-
-    def follow(
-        self, session_id: str, after_seq: int = 0, idle_timeout: float | None = None
-    ) -> Iterator[EventRecord]:
-        """Events as they are committed, in order; ends after the session's ``closed`` event
-        (or after ``idle_timeout`` seconds without a new event)."""
-        self._store.get_session(session_id)
-        return self._waiters.events(session_id, after_seq, idle_timeout)
-
-    # -- delivery ------------------------------------------------------------------------
-
-    def bind_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> BindingRecord:
-        spec = BindingSpec(SinkKind.JSONL, os.path.abspath(os.fspath(path)))
-        binding = self._store.bind(session_id, spec)
-        self._delivery.start()
-        return binding
-
-    def register_callback(self, name: str, fn: Callable[[EventRecord], None]) -> None:
-        self._delivery.register_callback(name, fn)
-
-    def wait_delivered(self, timeout: float = 10.0) -> bool:
-        return self._delivery.wait_idle(timeout)
-
-    # -- export --------------------------------------------------------------------------
-
-    def export_jsonl(self, session_id: str, path: str | os.PathLike[str]) -> Path:
-        """Write the session as a JSONL transcript v3 file (atomically); returns the path."""
-        # Imported here: the transcript mapping is ~17 ms of every start (serve's, batch's)
-        # that most processes never export from.
-        from control_plane.export import export_session
-
-        return export_session(self._store, session_id, path)

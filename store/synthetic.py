@@ -7,6 +7,7 @@ production stores: nothing here goes through the state machines."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -45,10 +46,11 @@ STATES = ("closed", "idle", "error")
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Made-up words ranked by a Zipf law: a few are in most documents, most in few."""
+    """Made-up words ranked by a Zipf law: a few are in most documents, most in few.
+    ``cumulative`` holds the running sums of the weights 1/rank (what ``choices`` draws by)."""
 
     words: tuple[str, ...]
-    weights: tuple[float, ...]
+    cumulative: tuple[float, ...]
 
     @classmethod
     def make(cls, size: int, rng: random.Random) -> Vocabulary:
@@ -58,21 +60,11 @@ class Vocabulary:
             words.add("".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))))
         ordered = sorted(words)
         rng.shuffle(ordered)
-        return cls(tuple(ordered), tuple(1.0 / (rank + 1) for rank in range(size)))
+        weights = (1.0 / (rank + 1) for rank in range(size))
+        return cls(tuple(ordered), tuple(itertools.accumulate(weights)))
 
     def text(self, rng: random.Random, n: int) -> str:
-        return " ".join(rng.choices(self.words, cum_weights=self._cumulative, k=n))
-
-    @property
-    def _cumulative(self) -> list[float]:
-        cached: list[float] | None = getattr(self, "_cum", None)
-        if cached is None:
-            total, cached = 0.0, []
-            for w in self.weights:
-                total += w
-                cached.append(total)
-            object.__setattr__(self, "_cum", cached)
-        return cached
+        return " ".join(rng.choices(self.words, cum_weights=self.cumulative, k=n))
 
 
 def seed(

@@ -25,13 +25,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from protocol.atomic_file import write_text_atomically
+from protocol.transcript import imported
 from protocol.transcript.content import (
     JsonObject,
     agent_text,
-    compact_json,
     epoch_ms,
     iso_timestamp,
-    map_usage,
     mapping,
     plain,
     prompt_content,
@@ -40,7 +39,7 @@ from protocol.transcript.content import (
     zero_usage,
 )
 from protocol.transcript.inputs import EventLike, TranscriptSession, entry_id
-from protocol.transcript.reader import VerbatimEntry, dump_lines
+from protocol.transcript.reader import dump_lines
 from protocol.transcript.turn import ToolCall, Turn, TurnClose
 from state_machines.event_kinds import EventKind
 
@@ -59,21 +58,7 @@ CONTROL_PLANE_CUSTOM_TYPE = "acp-control-plane"
 SUBAGENT_CUSTOM_TYPE = "subagent-announce"
 FALLBACK_AGENT_NAME = "acp-agent"
 
-# ACP StopReason -> transcript stopReason (spec table).
-_STOP_REASONS = {
-    "end_turn": "stop",
-    "max_tokens": "length",
-    "max_turn_requests": "length",
-    "refusal": "error",
-    "cancelled": "aborted",
-}
-# Error/aborted assistant messages carry an errorMessage; these explain ACP's own reasons.
-_STOP_REASON_ERRORS = {
-    "refusal": "the agent refused to continue",
-    "cancelled": "the turn was cancelled",
-}
 _FINAL_TOOL_STATUSES = frozenset({"completed", "failed"})
-# ACP usage field -> transcript usage field.
 
 
 # --------------------------------------------------------------------------- the mapping
@@ -109,19 +94,9 @@ class _TranscriptBuilder:
         """Keep the entry ids and tool call ids of imported entries from those this mapping
         makes, wherever in the log those entries are (a resumed session's agent may number
         its tool calls as the imported conversation's agent did)."""
-        for event in events:
-            if event.kind != EventKind.TRANSCRIPT_ENTRY:
-                continue
-            entry = mapping(event.payload)
-            self._taken_ids.add(str(entry.get("id")))
-            message = mapping(entry.get("message"))
-            content = message.get("content")
-            if message.get("role") == "assistant" and isinstance(content, list):
-                self._used_call_ids.update(
-                    str(mapping(block).get("id"))
-                    for block in content
-                    if mapping(block).get("type") == "toolCall"
-                )
+        entry_ids, call_ids = imported.reserved_ids(events)
+        self._taken_ids |= entry_ids
+        self._used_call_ids |= call_ids
 
     def feed(self, event: EventLike) -> None:
         self._seed_prefix = f"{self._session.id}:{event.seq}"
@@ -129,7 +104,7 @@ class _TranscriptBuilder:
         self._moment = event.created_at
         payload = mapping(event.payload)
         if event.kind == EventKind.TRANSCRIPT_ENTRY:
-            self._emit_verbatim(event, payload)
+            self._entries.append(imported.verbatim(event, payload))
             return
         if self._session.imported_header is not None:
             return  # an imported session's creation and close are not the transcript's
@@ -144,10 +119,9 @@ class _TranscriptBuilder:
         self._seed_prefix = f"{self._session.id}:end"
         self._index = 0
         self._close_turn(
-            TurnClose(
-                stop_reason="aborted",
-                error_message="session ended before the turn finished",
-                tool_reason="session ended before the tool call finished",
+            TurnClose.cut_off(
+                "session ended before the turn finished",
+                "session ended before the tool call finished",
             )
         )
         return [self._header(), *self._entries]
@@ -155,14 +129,11 @@ class _TranscriptBuilder:
     # ---- emitting
 
     def _header(self) -> JsonObject:
-        imported = self._session.imported_header
-        if imported is not None:
-            # The file's own header (field order kept), as this session, in version 3.
-            header = dict(imported)
-            header["id"] = self._session.id
-            header["version"] = TRANSCRIPT_VERSION
-            return header
-        header = {
+        if self._session.imported_header is not None:
+            return imported.header_as(
+                self._session.imported_header, self._session.id, TRANSCRIPT_VERSION
+            )
+        header: JsonObject = {
             "type": "session",
             "version": TRANSCRIPT_VERSION,
             "id": self._session.id,
@@ -186,16 +157,6 @@ class _TranscriptBuilder:
         }
         entry.update(fields)
         self._entries.append(entry)
-
-    def _emit_verbatim(self, event: EventLike, payload: Mapping[str, Any]) -> None:
-        """An imported entry, written back as the line it was read from: the store's records
-        carry the payload's text (``raw``); an event without it, or whose text is not one
-        line, is written as compact JSON."""
-        raw = getattr(event, "raw", None)
-        entry = plain(payload)
-        if not isinstance(raw, str) or "\n" in raw or "\r" in raw:
-            raw = compact_json(entry)
-        self._entries.append(VerbatimEntry(entry, raw))
 
     def _emit_message(self, message: JsonObject) -> None:
         message["timestamp"] = epoch_ms(self._moment)
@@ -273,10 +234,9 @@ class _TranscriptBuilder:
             )
         else:
             self._close_turn(
-                TurnClose(
-                    stop_reason="aborted",
-                    error_message="a new prompt started before the turn ended",
-                    tool_reason="a new prompt started before the tool call finished",
+                TurnClose.cut_off(
+                    "a new prompt started before the turn ended",
+                    "a new prompt started before the tool call finished",
                 )
             )
         self._turn = Turn(implicit=False)
@@ -290,36 +250,15 @@ class _TranscriptBuilder:
         self._emit_message({"role": "user", "content": content})
 
     def _on_turn_ended(self, payload: Mapping[str, Any]) -> None:
-        acp_reason = string(payload.get("stopReason")) or "end_turn"
-        stop_reason = _STOP_REASONS.get(acp_reason, "stop")
-        self._close_turn(
-            TurnClose(
-                stop_reason=stop_reason,
-                usage=map_usage(payload.get("usage")),
-                error_message=_STOP_REASON_ERRORS.get(acp_reason),
-                tool_reason=f"the turn ended ({acp_reason}) before the tool call finished",
-            )
-        )
+        self._close_turn(TurnClose.ended(payload))
 
     def _on_turn_failed(self, payload: Mapping[str, Any]) -> None:
-        error = string(payload.get("error")) or "the turn failed"
-        self._close_turn(
-            TurnClose(
-                stop_reason="error",
-                error_message=error,
-                tool_reason=f"the turn failed before the tool call finished: {error}",
-            )
-        )
+        self._close_turn(TurnClose.failed(string(payload.get("error")) or "the turn failed"))
 
     def _on_interrupted(self, payload: Mapping[str, Any]) -> None:
         reason = string(payload.get("reason")) or "interrupted"
-        self._close_turn(
-            TurnClose(
-                stop_reason="aborted",
-                error_message=reason,
-                tool_reason=f"the turn was interrupted before the tool call finished: {reason}",
-            )
-        )
+        tool_reason = f"the turn was interrupted before the tool call finished: {reason}"
+        self._close_turn(TurnClose.cut_off(reason, tool_reason))
         self._emit_lifecycle(EventKind.INTERRUPTED, payload)
 
     def _on_announce(self, payload: Mapping[str, Any]) -> None:

@@ -9,10 +9,25 @@ from typing import Any
 
 from protocol.transcript.content import (
     JsonObject,
+    map_usage,
     plain,
     string,
     zero_usage,
 )
+
+# ACP StopReason -> transcript stopReason (spec table).
+_STOP_REASONS = {
+    "end_turn": "stop",
+    "max_tokens": "length",
+    "max_turn_requests": "length",
+    "refusal": "error",
+    "cancelled": "aborted",
+}
+# Error/aborted assistant messages carry an errorMessage; these explain ACP's own reasons.
+_STOP_REASON_ERRORS = {
+    "refusal": "the agent refused to continue",
+    "cancelled": "the turn was cancelled",
+}
 
 
 @dataclass
@@ -76,3 +91,27 @@ class TurnClose:
     tool_reason: str
     usage: JsonObject = field(default_factory=zero_usage)
     error_message: str | None = None
+
+    @classmethod
+    def ended(cls, payload: Mapping[str, Any]) -> TurnClose:
+        """A ``turn_ended`` event: the agent's stop reason, mapped, and its usage."""
+        acp_reason = string(payload.get("stopReason")) or "end_turn"
+        return cls(
+            stop_reason=_STOP_REASONS.get(acp_reason, "stop"),
+            usage=map_usage(payload.get("usage")),
+            error_message=_STOP_REASON_ERRORS.get(acp_reason),
+            tool_reason=f"the turn ended ({acp_reason}) before the tool call finished",
+        )
+
+    @classmethod
+    def failed(cls, error: str) -> TurnClose:
+        return cls(
+            stop_reason="error",
+            error_message=error,
+            tool_reason=f"the turn failed before the tool call finished: {error}",
+        )
+
+    @classmethod
+    def cut_off(cls, reason: str, tool_reason: str) -> TurnClose:
+        """Aborted: interrupted, overtaken by a new prompt, or the log ended mid-turn."""
+        return cls(stop_reason="aborted", error_message=reason, tool_reason=tool_reason)
