@@ -83,7 +83,10 @@ def test_a_real_agent_spawns_a_subagent_through_the_http_tools(
         # Code's SDK puts its MCP config on its CLI's command line) is not enough for a
         # process outside them: a replay from here is refused.
         shown = _proc_strings()
-        assert not [pid for pid, text in shown.items() if MCP_PROCESS in text]
+        # This control plane's (its socket is under tmp_path): other tests running beside
+        # this one on the machine may have stdio tool processes of their own.
+        mine = [pid for pid, text in shown.items() if MCP_PROCESS in text and str(tmp_path) in text]
+        assert not mine
         pattern = re.compile(rf"http://127\.0\.0\.1:{bridge.http.port}/sessions/[^\s\"',]+/mcp")
         urls = {url for text in shown.values() for url in pattern.findall(text)}
         urls.add(bridge.http.url_for(parent.session.id))
