@@ -17,6 +17,7 @@ from pydantic import (
 
 from protocol.agent.permissions import Decision
 from state_machines import ControlPlaneError
+from state_machines.node_labels import check_node_labels, check_node_name
 
 if TYPE_CHECKING:
     from control_plane.retention.policy import ScheduledGc
@@ -123,12 +124,24 @@ class Permissions(_Strict):
 class NodeConfig(_Strict):
     """This process as a node of a shared store (docs/operations.md, "Running a fleet")."""
 
-    # What placement names (Placement(node=...)); default: the host name.
+    # What placement names (Placement(node=...)); default: the host name. Letters, digits,
+    # '.', '_' and '-'; ``acpctl serve --node-name`` overrides it.
     name: str | None = Field(default=None, min_length=1)
-    # What it offers to placement by label (e.g. a shared volume mounted here).
+    # What it offers to placement: words ("shared-volume") or KEY=VALUE ("zone=eu-1"), one
+    # value per key (state_machines/node_labels.py); ``--label`` (repeated) replaces them.
     labels: list[str] = Field(default_factory=list)
     # Its sessions are taken over this long after it stops renewing (crash, partition).
     lease_s: float = Field(15.0, ge=1.0, le=3600.0)
+
+    @field_validator("name")
+    @classmethod
+    def _a_node_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_node_name(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_of_a_node(cls, value: list[str]) -> list[str]:
+        return list(check_node_labels(value))
 
 
 class WorkspaceConfig(_Strict):

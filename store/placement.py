@@ -3,7 +3,13 @@ node can only run on nodes that see the same files. Placement says which: any no
 default, for a store used by one machine or nodes that share every path), one named node,
 or any node carrying every one of some labels (for example ``shared-volume``). Takeover
 after a node is lost only goes where the session's placement allows; a session none of the
-live nodes may run waits, and ``acpctl status`` shows it waiting."""
+live nodes may run waits, and ``acpctl status`` shows it waiting.
+
+A label is a bare word (``shared-volume``) or a ``KEY=VALUE`` pair (``zone=eu-1``); a node
+carries at most one value per key. Placement compares whole labels: a session placed on
+``zone=eu-1`` runs on the nodes that carry exactly that label. Node names and labels are
+checked by one set of rules (state_machines/node_labels.py) for the configuration, the
+command line and placements alike."""
 
 from __future__ import annotations
 
@@ -12,10 +18,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from state_machines.errors import ControlPlaneError
+from state_machines.node_labels import (
+    InvalidLabel,
+    InvalidNodeName,
+    check_label,
+    check_node_labels,
+    check_node_name,
+)
+
+__all__ = [
+    "InvalidLabel",
+    "InvalidNodeName",
+    "InvalidPlacement",
+    "Placement",
+    "allowed",
+    "check_label",
+    "check_node_labels",
+    "check_node_name",
+]
 
 
 class InvalidPlacement(ControlPlaneError, ValueError):
-    """A placement that names neither a node nor labels, or both."""
+    """A placement that names neither a node nor labels, or both, or a bad name or label."""
 
 
 @dataclass(frozen=True)
@@ -26,10 +50,12 @@ class Placement:
     def __post_init__(self) -> None:
         if (self.node is None) == (not self.labels):
             raise InvalidPlacement("a placement names one node, or one or more labels")
-        if self.node is not None and not self.node.strip():
-            raise InvalidPlacement("a placement's node name must not be empty")
-        if any(not label.strip() for label in self.labels):
-            raise InvalidPlacement("placement labels must not be empty")
+        try:
+            if self.node is not None:
+                check_node_name(self.node)
+            check_node_labels(self.labels)  # a node has one value per key: two never match
+        except (InvalidNodeName, InvalidLabel) as exc:
+            raise InvalidPlacement(f"placement: {exc}") from None
 
     def allows(self, node_name: str, node_labels: Iterable[str]) -> bool:
         if self.node is not None:
@@ -46,9 +72,17 @@ class Placement:
         if not text:
             return None
         value = json.loads(text)
-        if "node" in value:
-            return cls(node=str(value["node"]))
-        return cls(labels=tuple(str(v) for v in value["labels"]))
+        node = str(value["node"]) if "node" in value else None
+        labels = () if node is not None else tuple(str(v) for v in value["labels"])
+        try:
+            return cls(node=node, labels=labels)
+        except InvalidPlacement:
+            # Stored before names and labels had a form: read back as it was (it matches
+            # only a node that carries exactly it, as before), never an error on reading.
+            stored = object.__new__(cls)
+            object.__setattr__(stored, "node", node)
+            object.__setattr__(stored, "labels", labels)
+            return stored
 
     def describe(self) -> str:
         return f"node {self.node}" if self.node is not None else "labels " + ",".join(self.labels)

@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 from control_plane.cli import agents as cli_agents
 from control_plane.cli import batch as cli_batch
 from control_plane.cli import gc as cli_gc
+from control_plane.cli import nodes as cli_nodes
 from control_plane.cli import notify as cli_notify
 from control_plane.cli import search as cli_search
 from control_plane.cli import sessions as cli_sessions
@@ -75,6 +76,7 @@ app.add_typer(cli_tokens.app, name="tokens")
 app.add_typer(cli_agents.app, name="agents")
 app.add_typer(cli_workspaces.app, name="workspaces")
 app.add_typer(cli_notify.app, name="notify")
+app.add_typer(cli_nodes.app, name="nodes")
 
 
 class LogFormat(StrEnum):
@@ -167,6 +169,8 @@ def serve_command(
     max_connections: Annotated[
         int, typer.Option(help="--listen: open client connections at most (then 503).")
     ] = 1000,
+    node_name: cli_nodes.NodeNameOption = None,
+    label: cli_nodes.LabelOption = None,
 ) -> None:
     """Be an ACP agent on stdio (or, with --listen, on the network) in front of any ACP
     agent: durable, resumable sessions for any ACP client (editors, headless clients,
@@ -177,12 +181,15 @@ def serve_command(
         "args": ["serve", "--agent", "claude"]}}
 
     Example (network): acpctl tokens create laptop; acpctl serve --listen 127.0.0.1:8787
+
+    Example (a fleet node): acpctl --db postgresql://acpctl@db/acpctl serve --listen
+    0.0.0.0:8787 --cert c.pem --key k.pem --node-name build-1 --label zone=eu-1
     """
+    ctx = cli_nodes.with_node(typer_ctx.obj, node_name, label)  # bad: exit 2, nothing loaded
     import asyncio
 
     from control_plane.prestart import prestart_agent
 
-    ctx: Context = typer_ctx.obj
     with errors_as_exit():
         from control_plane.metrics import parse_address
 

@@ -28,6 +28,7 @@ from control_plane.cli.common import (
     out,
     print_json,
 )
+from control_plane.cli.nodes import LabelOption, NodeNameOption, with_node
 
 if TYPE_CHECKING:  # the batch runner pulls in the whole runtime: imported when a batch runs
     from control_plane.api import ControlPlane
@@ -300,15 +301,18 @@ def batch_command(
             ", or limits.sessions_per_agent when configured; 1: a process per task).",
         ),
     ] = None,
+    node_name: NodeNameOption = None,
+    label: LabelOption = None,
 ) -> None:
     """Run many prompts durably. Kill it at any moment and run the same command again: it
     resumes, never runs a completed task twice, and the results file lists every task once.
 
     Example: acpctl batch tasks.jsonl --agent claude -j 8
     """
+    ctx = with_node(typer_ctx.obj, node_name, label)  # a bad name or label: exit 2, no run
     with errors_as_exit():
         code = run_batch(
-            typer_ctx.obj,
+            ctx,
             tasks_file,
             agent,
             jobs,

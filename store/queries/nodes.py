@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import socket
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -48,21 +49,38 @@ class NodeRecord:
     def live_at(self, now: float) -> bool:
         return self.stopped_at is None and self.lease_until > now
 
+    def state_at(self, now: float) -> str:
+        """``live``, ``lease expired`` (it stopped renewing: crashed, stood still, or lost
+        the database) or ``stopped`` (an orderly stop)."""
+        if self.stopped_at is not None:
+            return "stopped"
+        return "live" if self.lease_until > now else "lease expired"
+
     def to_json(self, now: float) -> dict[str, Any]:
-        """What ``acpctl status --json`` and the console's status show (``now`` by the
-        database's clock)."""
+        """What ``acpctl nodes list --json``, ``acpctl status --json`` and the console's
+        status show (``now`` by the database's clock). Keys are kept stable; times are ISO
+        8601 in UTC, ages in seconds."""
         return {
             "id": self.id,
             "name": self.name,
             "host": self.host,
+            "pid": self.pid,
             "labels": list(self.labels),
             "capacity": self.capacity,
             "runningTurns": self.running,
             "live": self.live_at(now),
+            "state": self.state_at(now),
             # Negative once the lease has run out.
             "leaseLeftS": round(self.lease_until - now, 1),
             "heartbeatAgoS": round(now - self.heartbeat_at, 1),
+            "startedAt": _iso(self.started_at),
+            "heartbeatAt": _iso(self.heartbeat_at),
+            "stoppedAt": None if self.stopped_at is None else _iso(self.stopped_at),
         }
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="seconds")
 
 
 def all_nodes(conn: Connection) -> list[NodeRecord]:
@@ -130,3 +148,10 @@ def node_views(conn: Connection) -> list[dict[str, Any]]:
     """Every node that has not stopped, as ``NodeRecord.to_json`` shows it."""
     now = db_now(conn)
     return [n.to_json(now) for n in all_nodes(conn) if n.stopped_at is None]
+
+
+def node_list(conn: Connection) -> list[dict[str, Any]]:
+    """Every node row the store keeps, stopped ones included (a row is forgotten an hour
+    after its lease ended: store/ops/nodes.py), as ``NodeRecord.to_json`` shows it."""
+    now = db_now(conn)
+    return [n.to_json(now) for n in all_nodes(conn)]
