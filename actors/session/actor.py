@@ -50,7 +50,6 @@ from state_machines import (
     ControlPlaneError,
     SessionState,
     StaleEpoch,
-    StoreError,
 )
 from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, ops
@@ -119,14 +118,8 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.deps.slots.release(self.session_id)
         if self.epoch >= 0 and self.turn is not None and self.deps.stopping.is_set():
             spare_interrupted_turn(self.store, self.session_id, self.epoch, self.turn)
-        if self.epoch >= 0:
-            epoch = self.epoch
-            try:
-                self.store.write(lambda ctx: ops.release(ctx, self.session_id, this_owner(), epoch))
-            except StoreError as exc:  # recovery releases it: its owner (this process) ends
-                log.warning("releasing session %s failed: %s", self.session_id, exc)
-            except ControlPlaneError:
-                log.exception("releasing session %s failed", self.session_id)
+        if self.epoch >= 0:  # refused for now: retried off this thread (release.py)
+            self.deps.releases.release(self.store, self.session_id, self.epoch, self.deps.stopping)
         self.deps.live_agents.gone(self.session_id)
         self.deps.halts.pop(self.actor_urn, None)
         self.deps.on_stopped(self.session_id, self.actor_urn)

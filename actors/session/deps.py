@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from actors.agent_pool import AgentPool
 from actors.live_agents import LiveAgents
 from actors.session.claim_offer import ClaimOffers
+from actors.session.release import PendingReleases
 from actors.settings import RuntimeSettings
 from actors.slots import TurnSlots
 from protocol.loop import ProtocolLoop
@@ -39,3 +40,5 @@ class ActorDeps:
     agent_pool: AgentPool = field(default_factory=AgentPool)
     # Idle sessions' offers to have a prompt claimed in the write that queues it.
     offers: ClaimOffers = field(default_factory=ClaimOffers)
+    # Releases at an actor's stop that the store refused for now, retried off its thread.
+    releases: PendingReleases = field(default_factory=PendingReleases)
