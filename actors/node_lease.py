@@ -16,6 +16,11 @@ supervisor stops every session actor, which ends their agents):
 On SQLite the lease is kept for ``acpctl status`` only: every process is on one machine and
 judged by ``/proc`` (store/queries/nodes.py), so losing the lease (a full disk for longer
 than it, a pause) takes nothing away, and the node stops nothing; it registers again.
+
+The other side of leases, ``release_dead_owners`` (called by the supervisor's sweep): the
+sessions of owners found gone (their lease ran out, their process left this host) are
+given up, idle ones included, so no session stays owned by a dead process until a prompt
+comes for it.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ import threading
 import time
 from collections.abc import Callable
 
+from actors import telemetry
 from protocol.os_thread_name import name_this_thread
 from state_machines import ControlPlaneError
 from store import Store
 from store.location import Backend
 from store.ops import nodes as node_ops
 from store.ops.nodes import NodeSpec
+from store.ops.recovery import DeadOwnersReleased, release_dead_owners
+from store.queries.nodes import dead_owners
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +137,26 @@ class NodeLease:
             log.warning("node %s: lease lost and taken anew", self.node.id)
         self._renewed_at = time.monotonic()
         self._fenced = False
+
+    def release_dead_owners(self) -> DeadOwnersReleased:
+        """Give up the sessions of owners that are gone (store/ops/recovery.py): checked on a
+        reader first, written only when some owner is gone. A store that refuses it now is
+        tried again at the next sweep."""
+        me = self.node.id
+        try:
+            if not self.store.read(lambda c: dead_owners(c, me)):
+                return DeadOwnersReleased()
+            released = self.store.write(lambda ctx: release_dead_owners(ctx, me))
+        except ControlPlaneError as exc:
+            log.warning("node %s: releasing the sessions of dead owners failed: %s", me, exc)
+            return DeadOwnersReleased()
+        telemetry.recovered(released.recovery)
+        if released.sessions:
+            log.warning(
+                "node %s: %d sessions of gone owners %s released (%s)",
+                me,
+                len(released.sessions),
+                ", ".join(released.owners),
+                released.recovery,
+            )
+        return released

@@ -9,7 +9,8 @@
 - On open: ``recover`` (interrupted runs requeued within their attempt budget, else failed),
   then every session with work (queued commands, or still ``creating``) is queued for a slot.
 - A sweep thread repeats discovery: work queued by another process, or left by an owner that
-  died, is picked up here (taking ownership raises the fencing epoch).
+  died, is picked up here (taking ownership raises the fencing epoch); a dead owner's idle
+  sessions are given up (``NodeLease.release_dead_owners``).
 - This process is a node of the store with a lease (actors/node_lease.py): owners whose lease
   ran out are dead to the others; a node that loses its own lease stops every actor (their
   agents with them) before going on. Discovery only takes sessions whose placement allows
@@ -389,6 +390,9 @@ class Supervisor:
                     continue
                 self._poke.clear()
                 last_discovery = now
+                # Owners gone (lease run out, process gone): their sessions, idle ones too,
+                # unowned now, not when a prompt comes; their turns recovered with them.
+                self.lease.release_dead_owners()
                 report = self.store.recover(self.me, include_mine=False)
                 telemetry.recovered(report)
                 if report.requeued or report.failed:

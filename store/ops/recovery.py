@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, select, update
@@ -20,6 +21,7 @@ from store.ops.commands import interrupt_command
 from store.ops.events import insert_events
 from store.ownership import this_owner
 from store.queries import orphaned_sessions
+from store.queries.nodes import dead_owners
 from store.records import (
     CommandKind,
     NewEvent,
@@ -108,6 +110,37 @@ def recover_sessions(ctx: WriteContext, orphaned: set[str]) -> RecoveryReport:
     if orphaned:
         conn.execute(update(sessions).where(sessions.c.id.in_(orphaned)).values(owner=None))
     return RecoveryReport(tuple(requeued), tuple(failed), tuple(to_error))
+
+
+@dataclass(frozen=True)
+class DeadOwnersReleased:
+    owners: tuple[str, ...] = ()  # the owners found gone
+    sessions: tuple[str, ...] = ()  # every session they held, now unowned
+    recovery: RecoveryReport = field(default_factory=RecoveryReport)  # left mid-turn
+
+
+def release_dead_owners(ctx: WriteContext, me: str) -> DeadOwnersReleased:
+    """Every session whose owner is gone (``dead_owners``: its lease ran out, or its process
+    left this host), idle ones included, is given up: no owner, and its epoch raised, as a
+    takeover raises it, so an owner judged dead while it only stood still has every later
+    write refused (``StaleEpoch``). What it left mid-turn is recovered in the same
+    transaction (``recover_sessions``). Any process may then take the session, with its
+    next work; until then nobody holds it. Judged again inside this transaction: a
+    sweep's earlier read only saves the write when there is nothing to do."""
+    dead = dead_owners(ctx.conn, me)
+    if not dead:
+        return DeadOwnersReleased()
+    # Every session of theirs, closed ones too (the read looks at open ones only): a
+    # closed session that names a gone node would keep that node's row for ever.
+    held = ctx.conn.execute(
+        update(sessions)
+        .where(sessions.c.owner.in_(dead))
+        .values(epoch=sessions.c.epoch + 1)
+        .returning(sessions.c.id)
+    ).scalars()
+    released = set(held)
+    report = recover_sessions(ctx, released)  # and clears their owner
+    return DeadOwnersReleased(tuple(dead), tuple(sorted(released)), report)
 
 
 def _reporting_sessions(conn: Connection, session_ids: set[str]) -> set[str]:

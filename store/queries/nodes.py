@@ -27,9 +27,14 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from state_machines import SessionState
 from store.dialect_sql import db_now, is_postgres
 from store.ownership import owner_alive
-from store.schema import nodes
+from store.schema import nodes, sessions
+
+# Read through ix_sessions_state_updated: closed sessions (most of a long-lived store) are
+# not scanned for their owners.
+_OPEN_STATES = [s.value for s in SessionState if s is not SessionState.CLOSED]
 
 
 @dataclass(frozen=True)
@@ -155,3 +160,20 @@ def node_list(conn: Connection) -> list[dict[str, Any]]:
     after its lease ended: store/ops/nodes.py), as ``NodeRecord.to_json`` shows it."""
     now = db_now(conn)
     return [n.to_json(now) for n in all_nodes(conn)]
+
+
+def dead_owners(conn: Connection, me: str) -> list[str]:
+    """The owners of open sessions, other than ``me``, that are gone by ``Liveness``: a
+    lease run out (PostgreSQL), a process gone from this host. One read of the open
+    sessions' distinct owners (a handful: one per node) and of the node rows."""
+    owners = conn.execute(
+        select(sessions.c.owner)
+        .where(
+            sessions.c.state.in_(_OPEN_STATES),
+            sessions.c.owner.is_not(None),
+            sessions.c.owner != me,
+        )
+        .distinct()
+    ).scalars()
+    liveness = Liveness(conn)
+    return sorted(owner for owner in owners if not liveness.alive(owner))
