@@ -102,11 +102,12 @@ class PendingReleases:
                 return
 
     def _round(self, store: Store) -> None:
-        """One write for every pending release; those it made are no longer pending."""
+        """One write for every pending release; those it made are no longer pending. One
+        past its patience is never written."""
+        if not self._drop_expired():
+            return
         with self._lock:
             batch = list(self._pending)
-        if not batch:
-            return
         me = this_owner()
 
         def release_all(ctx: WriteContext) -> None:

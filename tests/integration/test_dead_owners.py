@@ -28,6 +28,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from actors.session.release import PendingReleases
 from control_plane import CommandState, ControlPlane, SessionState, StoreOptions
 from store import CommandKind, Store, ops
 from store.location import Backend
@@ -238,3 +239,29 @@ def test_a_release_the_store_refuses_at_passivation_is_retried_off_the_actor(
         # The session runs again (a new actor, a higher epoch).
         command = cp.prompt(sid, "again")
         assert cp.wait(command.id, 60).state is CommandState.COMPLETED
+
+
+def test_refused_releases_are_retried_together_and_given_up_past_their_patience(
+    tmp_path: Path,
+) -> None:
+    """Several releases refused at once land in one retry; a release the store refuses for
+    longer than its patience is given up (the session stays with this live process, as
+    before the retries), and the retrying thread ends."""
+    db = str(tmp_path / "cp.db")
+    with Store.open(db, StoreOptions(lock_timeout_s=0.2)) as store:
+        sids = [_owned(store, this_owner(), f"s{i}") for i in range(3)]
+        epochs = {sid: store.get_session(sid).epoch for sid in sids}
+        together, impatient = PendingReleases(), PendingReleases(patience_s=0.5)
+        stopping = threading.Event()
+        with _lock_held(db, sids[0], 3.0):
+            for sid in sids[:2]:
+                together.release(store, sid, epochs[sid], stopping)
+            impatient.release(store, sids[2], epochs[sids[2]], stopping)
+            assert together.pending() == sorted(sids[:2])
+            eventually(lambda: impatient.pending() == [], 10, "the impatient release given up")
+        eventually(lambda: together.pending() == [], 20, "the releases retried")
+        assert together.retried == 2 and impatient.retried == 0
+        assert [store.get_session(sid).owner for sid in sids] == [None, None, this_owner()]
+        eventually(
+            lambda: together._thread is None and impatient._thread is None, 10, "threads ended"
+        )
