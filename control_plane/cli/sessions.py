@@ -340,7 +340,8 @@ def status_command(typer_ctx: typer.Context, json_out: JsonFlag = False) -> None
     out.print(
         f"recovery: {rec['interruptedRuns']} interrupted runs so far ({rec['retried']} retried, "
         f"{rec['failedAfterBudget']} failed after their attempt budget); "
-        f"{rec['awaitingRecovery']} sessions of dead owners await the next open"
+        f"{rec['awaitingRecovery']} sessions of dead owners await a running control plane's "
+        "next discovery (within seconds; at the next open when none runs)"
     )
     out.print(
         f"usage: {usage.total_tokens} tokens, ${usage.cost_usd:.4f}; "
