@@ -101,9 +101,7 @@ class Supervisor:
         )
         self._listener: SessionNotifications | None = None
         if store.backend is Backend.POSTGRESQL:
-            self._listener = SessionNotifications(
-                store.location, self.remote_change, self.poke, lambda: store.own_backend_pid
-            )
+            self._listener = SessionNotifications(store, self.me, self.remote_change, self.poke)
         self._poke = threading.Event()  # discover at the next sweep, not after the interval
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -167,9 +165,13 @@ class Supervisor:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 future.get(timeout=timeout)
 
+    @property
+    def notifications(self) -> SessionNotifications | None:
+        """PostgreSQL: this node's listener (its ``counts`` by channel kind); else None."""
+        return self._listener
+
     def remote_change(self, session_id: str) -> None:
-        """Another node changed the session (store/listen.py)."""
-        self.store.catch_up(session_id)  # its watchers here (serve streams) get its events
+        """Work, a cancel or a close another node sent to this one (store/listen.py)."""
         if not self._started:
             return
         ref = self._live(session_id)

@@ -82,6 +82,9 @@ _FINISHED_WINDOW_S = 300.0
 Keep = Callable[[CommittedEvent], bool]
 ReadAfter = Callable[[str, int], list[CommittedEvent]]
 ReadFinished = Callable[[str, float], list[CommandRecord]]
+# Told when a session's first watch opens (True) and its last closes (False): on PostgreSQL
+# the node's listener LISTENs to that session's channel only meanwhile (store/listen.py).
+WatchedHook = Callable[[str, bool], None]
 
 
 class SessionWatch:
@@ -254,6 +257,15 @@ class SessionFeeds:
         # session's commands finished since a time.
         self.read_after: ReadAfter | None = None
         self.read_finished: ReadFinished | None = None
+        self._on_watched: WatchedHook | None = None
+
+    def follow_watched(self, hook: WatchedHook | None) -> list[str]:
+        """From now on ``hook(session_id, watched)`` when a session's first watch opens and
+        when its last closes (under this lock, so in order; it must only note it); returns
+        the sessions watched now. None: no longer."""
+        with self._lock:
+            self._on_watched = hook
+            return list(self._watches)
 
     def watch(
         self,
@@ -269,7 +281,10 @@ class SessionFeeds:
         when it stops being empty."""
         watch = SessionWatch(self, session_id, wake, last_seq, limit, keep, finished)
         with self._lock:
-            self._watches.setdefault(session_id, []).append(watch)
+            watches = self._watches.setdefault(session_id, [])
+            watches.append(watch)
+            if len(watches) == 1 and self._on_watched is not None:
+                self._on_watched(session_id, True)
         return watch
 
     def unwatch(self, watch: SessionWatch) -> None:
@@ -277,8 +292,11 @@ class SessionFeeds:
             watches = self._watches.get(watch.session_id, [])
             if watch in watches:
                 watches.remove(watch)
-            if not watches:
-                self._watches.pop(watch.session_id, None)
+            if watches:
+                return
+            gone = self._watches.pop(watch.session_id, None) is not None
+            if gone and self._on_watched is not None:
+                self._on_watched(watch.session_id, False)
 
     def watched(self, session_id: str) -> bool:
         return session_id in self._watches

@@ -192,6 +192,12 @@ class Store:
         """Another node committed for ``session_id``: its watchers here get what it wrote."""
         self._commits.sessions.catch_up(session_id)
 
+    def follow_watched(self, hook: Callable[[str, bool], None] | None) -> list[str]:
+        """``hook(session_id, watched)`` when a session's first watch here opens (True) and
+        its last closes (False), and the sessions watched now: on PostgreSQL the node's
+        listener hears a session's stream only meanwhile (store/listen.py). None: stop."""
+        return self._commits.sessions.follow_watched(hook)
+
     def _events_after(self, session_id: str, after_seq: int) -> list[CommittedEvent]:
         return [
             CommittedEvent(

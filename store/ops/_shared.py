@@ -179,18 +179,55 @@ def _transition(
     return target, returned
 
 
-# The channel every node LISTENs on (store/listen.py): the payload is a session id.
-SESSIONS_CHANNEL = "acpctl_sessions"
-NOTIFY_SQL = f"SELECT pg_notify('{SESSIONS_CHANNEL}', ?)"
+# PostgreSQL notification channels (store/listen.py has the whole contract). Names are
+# hashes (md5 hex) so that any owner or session id makes a valid identifier under 63 bytes.
+UNOWNED_CHANNEL = "acpctl_unowned"  # work of a session nobody listening owns: every node
+WORK_PREFIX = "acpctl_n_"  # + md5(owner id): work for the sessions that node owns
+SESSION_PREFIX = "acpctl_s_"  # + md5(session id): a session's stream, for its watchers
+# The advisory lock a node's listener holds (session-level, exclusive) while it is connected
+# and listening on its work channel: a write sees whether the owner hears its channel.
+LISTENER_LOCK_CLASS = 1633906787  # "acpc": the two-key space, apart from the migration's
 
 
-def notify_session(ctx: WriteContext, session_id: str) -> None:
-    """PostgreSQL: when this transaction commits, every node listening hears that the
-    session has new work, a cancel or a close (the owner acts at once instead of at its
-    next poll). PostgreSQL folds repeats within one transaction. SQLite: nothing (one
-    machine: the processes poll, and this process wakes its own actors directly)."""
+def owner_key_sql(owner: str) -> str:
+    """The second key of an owner's listener lock (int4 from md5), in SQL."""
+    return f"('x' || substr(md5({owner}), 1, 8))::bit(32)::int"
+
+
+# A group commit's notification (store/writer.py runs it once per session that the group
+# appended to or finished commands of): the session's channel only. Its owner wrote it; only
+# the nodes watching the session (a client following it elsewhere) listen there.
+NOTIFY_SQL = (
+    f"SELECT pg_notify('{SESSION_PREFIX}' || md5(v.id), v.id) FROM (SELECT CAST(? AS text) AS id) v"
+)
+# Work for a session (``notify_session``): its owner's channel while the owner's listener is
+# connected (it holds its lock, so the shared try fails), else the unowned channel. One
+# statement, as before: the owner comes from the session's row, which the writes that call
+# this have already updated in this transaction (so the read adds no serializable-read
+# dependency), and the listener check is a lock try, not a read of ``nodes``.
+_WORK_CHANNEL = (
+    "CASE WHEN s.owner IS NOT NULL AND NOT pg_try_advisory_xact_lock_shared("
+    f"{LISTENER_LOCK_CLASS}, {owner_key_sql('s.owner')})"
+    f" THEN '{WORK_PREFIX}' || md5(s.owner) ELSE '{UNOWNED_CHANNEL}' END"
+)
+_WORK_FROM = " FROM (SELECT CAST(? AS text) AS id) v LEFT JOIN sessions s ON s.id = v.id"
+WORK_NOTIFY_SQL = f"SELECT pg_notify({_WORK_CHANNEL}, v.id){_WORK_FROM}"
+WORK_AND_WATCHERS_NOTIFY_SQL = (
+    f"SELECT pg_notify({_WORK_CHANNEL}, v.id),"
+    f" pg_notify('{SESSION_PREFIX}' || md5(v.id), v.id){_WORK_FROM}"
+)
+
+
+def notify_session(ctx: WriteContext, session_id: str, watchers: bool = True) -> None:
+    """PostgreSQL: when this transaction commits, the node that owns the session (or, with
+    no owner listening, every node) hears that it has new work, a cancel or a close, and
+    acts at once instead of at its next discovery; with ``watchers`` also every node that
+    watches the session (its feeds read the log). PostgreSQL folds repeats within one
+    transaction. SQLite: nothing (one machine: the processes poll, and this process wakes
+    its own actors directly)."""
     if isinstance(ctx.raw, PgRaw):
-        ctx.raw.execute(NOTIFY_SQL, (session_id,))
+        sql = WORK_AND_WATCHERS_NOTIFY_SQL if watchers else WORK_NOTIFY_SQL
+        ctx.raw.execute(sql, (session_id,))
 
 
 def insert_command(
@@ -228,7 +265,9 @@ def insert_command(
         now,
     )
     raw.execute(hot.INSERT_COMMAND, record)
-    notify_session(ctx, session_id)
+    # Its owner only: a queued command is neither an event nor a finish, which is all a
+    # watcher is fed (the turn's events reach them with the owner's commits).
+    notify_session(ctx, session_id, watchers=False)
     return hot.command_from_tuple(record)
 
 

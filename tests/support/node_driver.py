@@ -4,10 +4,13 @@
 
 LABELS is comma-separated (``-`` for none). Prints ``ready <owner id>`` once its node is
 registered and it runs sessions, then serves until killed (or SIGTERM: an orderly stop).
+On SIGUSR1 it prints ``counts <json>``: its listener's notifications by channel kind
+(``SessionNotifications.counts``, store/listen.py), ``{}`` on SQLite.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import threading
@@ -31,9 +34,17 @@ def main(argv: list[str]) -> int:
     )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    with ControlPlane.open(db, settings=settings):
+    with ControlPlane.open(db, settings=settings) as cp:
+        listener = cp._supervisor.notifications
+        signal.signal(
+            signal.SIGUSR1,
+            lambda *_: print(
+                f"counts {json.dumps({} if listener is None else listener.counts)}", flush=True
+            ),
+        )
         print(f"ready {this_owner()}", flush=True)
-        done.wait()
+        while not done.wait(0.2):
+            pass
     return 0
 
 
