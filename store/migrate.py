@@ -54,6 +54,7 @@ KNOWN_REVISIONS = (
     "0011",
     "0012",
     "0013",
+    "0014",
 )
 HEAD_REVISION = KNOWN_REVISIONS[-1]
 

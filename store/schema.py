@@ -27,6 +27,12 @@ from sqlalchemy import (
 
 metadata = MetaData()
 
+# Every key or counter that only grows (the store-wide event id, per-session sequence
+# numbers, checkpoints that hold them, token sums): 64-bit on PostgreSQL (0014), where a
+# plain ``Integer`` is 32-bit and would overflow at 2^31. SQLite's INTEGER is 64-bit already
+# (and ``INTEGER PRIMARY KEY`` is the rowid only if spelled exactly so): the variant keeps it.
+BIG = BigInteger().with_variant(Integer, "sqlite")
+
 sessions = Table(
     "sessions",
     metadata,
@@ -44,8 +50,8 @@ sessions = Table(
     Column("owner", String, nullable=True),
     Column("epoch", Integer, nullable=False, default=0),
     # Counters kept on the row so a new seq needs no MAX() scan.
-    Column("last_event_seq", Integer, nullable=False, default=0),
-    Column("last_command_seq", Integer, nullable=False, default=0),
+    Column("last_event_seq", BIG, nullable=False, default=0),
+    Column("last_command_seq", BIG, nullable=False, default=0),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("closed_at", Float, nullable=True),
@@ -84,7 +90,7 @@ commands = Table(
     metadata,
     Column("id", String, primary_key=True),
     Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
-    Column("seq", Integer, nullable=False),
+    Column("seq", BIG, nullable=False),
     Column("kind", String, nullable=False),
     Column("payload", Text, nullable=False),
     Column("idempotency_key", String, nullable=True),
@@ -116,9 +122,9 @@ Index("ix_commands_state", commands.c.state)
 events = Table(
     "events",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", BIG, primary_key=True, autoincrement=True),
     Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
-    Column("seq", Integer, nullable=False),
+    Column("seq", BIG, nullable=False),
     Column("command_id", String, ForeignKey("commands.id"), nullable=True),
     Column("kind", String, nullable=False),
     Column("payload", Text, nullable=False),
@@ -133,7 +139,7 @@ delivery_checkpoints = Table(
     "delivery_checkpoints",
     metadata,
     Column("binding_id", String, ForeignKey("bindings.id"), primary_key=True),
-    Column("last_event_seq", Integer, nullable=False, default=0),
+    Column("last_event_seq", BIG, nullable=False, default=0),
     Column("updated_at", Float, nullable=False),
 )
 
@@ -162,9 +168,9 @@ session_usage = Table(
     "session_usage",
     metadata,
     Column("session_id", String, ForeignKey("sessions.id"), primary_key=True),
-    Column("input_tokens", Integer, nullable=False, default=0),
-    Column("output_tokens", Integer, nullable=False, default=0),
-    Column("total_tokens", Integer, nullable=False, default=0),
+    Column("input_tokens", BIG, nullable=False, default=0),
+    Column("output_tokens", BIG, nullable=False, default=0),
+    Column("total_tokens", BIG, nullable=False, default=0),
     Column("cost_usd", Float, nullable=False, default=0.0),  # the highest the agent reported
     Column("priced_usd", Float, nullable=False, default=0.0),  # tokens x the price table
     Column("stopped_by", Text, nullable=True),  # JSON {budget, limit, used}
@@ -213,7 +219,7 @@ notify_checkpoints = Table(
     "notify_checkpoints",
     metadata,
     Column("hook", String, primary_key=True),
-    Column("last_event_id", Integer, nullable=False),
+    Column("last_event_id", BIG, nullable=False),
     Column("owner", String, nullable=True),
     Column("updated_at", Float, nullable=False),
 )
@@ -246,11 +252,10 @@ Index("ix_nodes_name", nodes.c.name)
 search_docs = Table(
     "search_docs",
     metadata,
-    # 64-bit on PostgreSQL; SQLite's INTEGER PRIMARY KEY is the 64-bit rowid already.
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+    Column("id", BIG, primary_key=True),
     Column("session_id", String, ForeignKey("sessions.id"), nullable=False),
     Column("command_id", String, nullable=True),
-    Column("seq", Integer, nullable=False),
+    Column("seq", BIG, nullable=False),
     Column("role", String, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("body", Text, nullable=False),
