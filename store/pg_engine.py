@@ -28,6 +28,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import QueuePool
 
 from store.engine import EngineSettings
+from store.raw import flush_held
 
 WRITE_BEGIN = "BEGIN ISOLATION LEVEL SERIALIZABLE"
 READ_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
@@ -72,8 +73,15 @@ def _make_engine(url: str, settings: EngineSettings, write: bool) -> Engine:
         from psycopg.pq import TransactionStatus
 
         driver = conn.connection.driver_connection
+        flush_held(driver)  # a BEGIN the writer held (store/raw.py ``later``) goes first
         if driver.info.transaction_status == TransactionStatus.IDLE:
             driver.execute(begin_sql)
+
+    if write:
+        # SQLAlchemy's statements run after what the writer held, never before it.
+        @event.listens_for(engine, "before_cursor_execute")
+        def _before_execute(conn: Any, *_args: Any) -> None:
+            flush_held(conn.connection.driver_connection)
 
     return engine
 

@@ -6,12 +6,24 @@ the driver connection inside the transaction SQLAlchemy opened. On SQLite that c
 PostgreSQL, ``PgRaw`` gives psycopg 3 the same three calls, with each statement's
 placeholders turned into psycopg's ``%s`` once per distinct string (the statements are
 fixed, so the cache stays small).
+
+Fewer round trips on PostgreSQL (``later``): a statement whose answer nobody reads (the
+writer's ``BEGIN``, its notifications, a savepoint and its release) is not sent on its own
+but held and sent, in one psycopg pipeline, with the next statement that is (or with the
+``COMMIT``): one round trip for both. Held statements go out in order before anything
+else runs on the connection: ``PgRaw``'s own statements send them in the same pipeline,
+SQLAlchemy's are preceded by ``flush_held`` (store/pg_engine.py). A held statement's error
+is raised by the statement it went out with; only statements that cannot fail on their own
+(transaction control, ``pg_notify`` of a session id) are held. ``ACPCTL_PG_PIPELINE=0``
+sends each at once (benchmarks compare the two: bench/nodes.py).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -58,22 +70,68 @@ class _NoRows:
         return []
 
 
+# Whether ``later`` holds statements on PostgreSQL (see the module docstring).
+PIPELINE = os.environ.get("ACPCTL_PG_PIPELINE", "1") != "0"
+# The statements held for each psycopg connection, in order: shared by every ``PgRaw`` on
+# it (the writer's, and one an operation makes with ``raw_for``).
+_HELD: weakref.WeakKeyDictionary[Any, list[tuple[str, Sequence[Any] | None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def flush_held(driver_connection: Any) -> None:
+    """Send what is held for this psycopg connection (before a statement of SQLAlchemy's)."""
+    held = _HELD.get(driver_connection)
+    if held:
+        PgRaw(driver_connection).execute_held()
+
+
 class PgRaw:
     """psycopg 3's connection behind sqlite3's ``execute`` / ``executemany`` /
-    ``in_transaction``."""
+    ``in_transaction``, and ``later`` (the module docstring)."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_held")
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        held = _HELD.get(conn)
+        if held is None:
+            held = _HELD[conn] = []
+        self._held = held
+
+    def later(self, sql: str, parameters: Sequence[Any] = ()) -> None:
+        if PIPELINE:
+            self._held.append((_pg_sql(sql), parameters or None))
+        else:
+            self._conn.execute(_pg_sql(sql), parameters or None)
+
+    def execute_held(self) -> None:
+        held = self._take_held()
+        if held:
+            with self._conn.pipeline():
+                for sql, parameters in held:
+                    self._conn.execute(sql, parameters)
+
+    def _take_held(self) -> list[tuple[str, Sequence[Any] | None]]:
+        held = self._held[:]
+        self._held.clear()  # in place: shared with every PgRaw on this connection
+        return held
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
-        cursor = self._conn.execute(_pg_sql(sql), parameters or None)
+        if self._held:
+            held = self._take_held()
+            with self._conn.pipeline():
+                for before, values in held:
+                    self._conn.execute(before, values)
+                cursor = self._conn.execute(_pg_sql(sql), parameters or None)
+        else:
+            cursor = self._conn.execute(_pg_sql(sql), parameters or None)
         if cursor.description is None:
             return _NoRows(cursor.rowcount)
         return cursor
 
     def executemany(self, sql: str, parameters: Iterable[Sequence[Any]]) -> Any:
+        self.execute_held()
         cursor = self._conn.cursor()
         cursor.executemany(_pg_sql(sql), list(parameters))
         return _NoRows(cursor.rowcount)
@@ -81,7 +139,14 @@ class PgRaw:
     def executemany_ids(self, sql: str, parameters: Sequence[Sequence[Any]]) -> list[int]:
         """``executemany`` of an ``INSERT ... RETURNING id``: the ids, in order."""
         cursor = self._conn.cursor()
-        cursor.executemany(_pg_sql(sql), parameters, returning=True)
+        held = self._take_held()
+        if held:  # in the same pipeline as the rows
+            with self._conn.pipeline():
+                for before, values in held:
+                    self._conn.execute(before, values)
+                cursor.executemany(_pg_sql(sql), parameters, returning=True)
+        else:
+            cursor.executemany(_pg_sql(sql), parameters, returning=True)
         ids: list[int] = []
         while True:
             ids.append(int(cursor.fetchone()[0]))
@@ -90,9 +155,22 @@ class PgRaw:
 
     @property
     def in_transaction(self) -> bool:
+        """In a transaction, or about to be (a held ``BEGIN``)."""
         from psycopg.pq import TransactionStatus
 
+        if self._held:
+            return True
         return bool(self._conn.info.transaction_status != TransactionStatus.IDLE)
+
+
+def later(raw: RawConnection, sql: str, parameters: Sequence[Any] = ()) -> None:
+    """Run ``sql``, whose answer is not read: on PostgreSQL, with the next statement that
+    is (one round trip for both; the module docstring); on SQLite, at once (no round trip
+    to save)."""
+    if isinstance(raw, PgRaw):
+        raw.later(sql, parameters)
+    else:
+        raw.execute(sql, parameters)
 
 
 # SQLite: rows per multi-row ``INSERT ... VALUES (...), (...)``, largest first. One statement

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 
 from store.driver_errors import is_connection_level
-from store.raw import RawConnection, raw_for
+from store.raw import RawConnection, later, raw_for
 from store.records import BindingRecord, EventRecord
 
 T = TypeVar("T")
@@ -62,18 +62,18 @@ class WriteContext:
         returned, while the rest of the write stands. Lock and I/O errors still propagate."""
         raw = self.raw
         marks = (len(self._hooks), len(self.appended), len(self.finished_records), len(self.bound))
-        raw.execute("SAVEPOINT isolated")
+        later(raw, "SAVEPOINT isolated")  # sent with the first statement of ``fn``
         try:
             value = fn(self)
         except Exception as exc:
             if is_connection_level(exc):
                 raise
             raw.execute("ROLLBACK TO isolated")
-            raw.execute("RELEASE isolated")
+            later(raw, "RELEASE isolated")
             del self._hooks[marks[0] :], self.appended[marks[1] :]
             del self.finished_records[marks[2] :], self.bound[marks[3] :]
             return False, exc
-        raw.execute("RELEASE isolated")
+        later(raw, "RELEASE isolated")
         return True, value
 
 

@@ -34,7 +34,7 @@ from store.driver_errors import (
     is_disconnect,
     own_copy,
 )
-from store.raw import raw_for
+from store.raw import later, raw_for
 from store.write_context import Appended, Commit, WriteContext, WriteFn
 
 # Re-exported: the write operations import these from here.
@@ -131,6 +131,7 @@ class GroupCommitWriter:
         self.fatal: StoreError | None = None
         self.last_fault: StoreUnavailable | None = None
         self.writes = 0  # writes acknowledged
+        self.notified = 0  # PostgreSQL: per-session notifications its commits sent
         # PostgreSQL: the server process of the connection the groups commit on, so that
         # this node's LISTEN can skip what its own commits sent (store/listen.py).
         self.backend_pid: int | None = None
@@ -225,6 +226,7 @@ class GroupCommitWriter:
         self.fault_since = None  # the store takes writes again
         if self._notify_sql is not None:
             self._note_backend(conn)
+            self.notified += len(_notified_sessions(commit))
         self.batches += 1
         self.writes += len(live)
         telemetry.COMMIT_SECONDS.observe(time.perf_counter() - began)
@@ -300,13 +302,15 @@ class GroupCommitWriter:
         raw = raw_for(conn)
         # BEGIN/COMMIT straight on the driver: SQLAlchemy's begin/commit path costs ~5x the
         # statements themselves. Core statements inside autobegin on the same connection
-        # (see store/engine.py), and SQLAlchemy's bookkeeping is reset below.
-        raw.execute(begin_sql)
+        # (see store/engine.py), and SQLAlchemy's bookkeeping is reset below. On PostgreSQL
+        # BEGIN, savepoints, their releases and the notifications go out with the statement
+        # after them (store/raw.py ``later``): the COMMIT carries the notifications.
+        later(raw, begin_sql)
         try:
             for req in batch:
                 ctx = WriteContext(conn, raw)
                 if isolate:
-                    raw.execute("SAVEPOINT w")  # a fixed name: nothing to compile
+                    later(raw, "SAVEPOINT w")  # a fixed name: nothing to compile
                 try:
                     value = req.fn(ctx)
                 except Exception as exc:  # the caller's error, not the batch's
@@ -314,7 +318,7 @@ class GroupCommitWriter:
                         raise
                     if isolate:
                         raw.execute("ROLLBACK TO w")
-                        raw.execute("RELEASE w")
+                        later(raw, "RELEASE w")
                     elif lone:
                         raw.execute("ROLLBACK")  # nothing else to keep
                     else:
@@ -323,13 +327,13 @@ class GroupCommitWriter:
                     outcomes.append((False, exc))
                 else:
                     if isolate:
-                        raw.execute("RELEASE w")
+                        later(raw, "RELEASE w")
                     outcomes.append((True, value))
                     hooks.extend(ctx._hooks)
                     commit.add(ctx)
             if notify_sql is not None and commit:
-                for session_id in commit.sessions | {r.session_id for r in commit.finished_records}:
-                    raw.execute(notify_sql, (session_id,))
+                for session_id in _notified_sessions(commit):
+                    later(raw, notify_sql, (session_id,))
             if raw.in_transaction:
                 raw.execute("COMMIT")
         except BaseException as exc:
@@ -344,6 +348,11 @@ class GroupCommitWriter:
                     if not is_disconnect(exc):
                         raise
         return outcomes, hooks, commit
+
+
+def _notified_sessions(commit: Commit) -> set[str]:
+    """The sessions a group appended to or finished commands of: one notification each."""
+    return commit.sessions | {r.session_id for r in commit.finished_records}
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
