@@ -4,12 +4,11 @@
 for the duration of a ``with`` block, from the writer thread itself (a write that does
 nothing else), and ``count(path)`` reads it back:
 
-- *statements*: ``Execute`` and ``Query`` messages the client sent (``BEGIN`` and
-  ``COMMIT`` included);
+- *statements*: those the server ran (``CommandComplete`` or ``ErrorResponse``; ``BEGIN``
+  and ``COMMIT`` included, each statement of a message that holds several);
 - *round trips*: how many times the client stopped sending and read the server's answer
   (a run of frontend messages followed by a backend one). A statement on its own is one;
-  statements sent in one pipeline before reading are one together.
-- *syncs*: ``Sync`` messages (each closes a pipeline segment or a lone statement).
+  statements sent in one message, or one pipeline, before reading are one together.
 
 The trace costs a line of file output per message: count on its own turns, never on turns
 that are timed.
@@ -31,7 +30,6 @@ from store.writer import WriteContext
 class Trace:
     statements: int
     round_trips: int
-    syncs: int
 
 
 def _pgconn(ctx: WriteContext) -> Any:
@@ -60,10 +58,10 @@ def traced_writer(store: Store, path: str) -> Iterator[None]:
 
 
 def count(path: str) -> Trace:
-    """The statements, round trips and syncs in a trace file. The first and the last
-    transaction of the trace are the two writes that started and stopped it: 2 statements
-    and 2 round trips are theirs (half of each), taken off."""
-    statements = trips = syncs = 0
+    """The statements and round trips in a trace file. The first and the last transaction
+    of the trace are the two writes that started and stopped it: 2 statements and 2 round
+    trips are theirs (half of each), taken off."""
+    statements = trips = 0
     sending = False
     with open(path, encoding="utf-8", errors="replace") as trace:
         for line in trace:
@@ -73,11 +71,10 @@ def count(path: str) -> Trace:
             direction, message = parts[0], parts[2].split(" ", 1)[0].strip()
             if direction == "F":
                 sending = True
-                if message in ("Execute", "Query"):
-                    statements += 1
-                elif message == "Sync":
-                    syncs += 1
-            elif direction == "B" and sending:
+                continue
+            if message in ("CommandComplete", "ErrorResponse"):
+                statements += 1
+            if direction == "B" and sending:
                 trips += 1
                 sending = False
-    return Trace(max(0, statements - 2), max(0, trips - 2), max(0, syncs - 2))
+    return Trace(max(0, statements - 2), max(0, trips - 2))

@@ -9,13 +9,17 @@ fixed, so the cache stays small).
 
 Fewer round trips on PostgreSQL (``later``): a statement whose answer nobody reads (the
 writer's ``BEGIN``, its notifications, a savepoint and its release) is not sent on its own
-but held and sent, in one psycopg pipeline, with the next statement that is (or with the
-``COMMIT``): one round trip for both. Held statements go out in order before anything
-else runs on the connection: ``PgRaw``'s own statements send them in the same pipeline,
-SQLAlchemy's are preceded by ``flush_held`` (store/pg_engine.py). A held statement's error
-is raised by the statement it went out with; only statements that cannot fail on their own
-(transaction control, ``pg_notify`` of a session id) are held. ``ACPCTL_PG_PIPELINE=0``
-sends each at once (benchmarks compare the two: bench/nodes.py).
+but held, its parameters bound on the client (psycopg's ``ClientCursor.mogrify``), and sent
+in one simple-protocol message with the statements held after it, and with the next
+statement if that has no parameters (``COMMIT``, ``ROLLBACK TO``): ``RELEASE``, every
+notification and ``COMMIT`` are one round trip. (psycopg's pipeline mode would carry a
+statement with parameters too, but on this machine its own cost per pipeline was more than
+the round trip it saved: docs/scaling.md.) Held statements go out in order before anything
+else runs on the connection: ``PgRaw``'s own statements send them first, SQLAlchemy's are
+preceded by ``flush_held`` (store/pg_engine.py). Only statements that cannot fail on their
+own (transaction control, ``pg_notify`` of a session id) are held, so an error is still
+raised by the statement that caused it. ``ACPCTL_PG_BATCH=0`` sends each at once
+(bench/nodes.py compares the two).
 """
 
 from __future__ import annotations
@@ -71,12 +75,10 @@ class _NoRows:
 
 
 # Whether ``later`` holds statements on PostgreSQL (see the module docstring).
-PIPELINE = os.environ.get("ACPCTL_PG_PIPELINE", "1") != "0"
-# The statements held for each psycopg connection, in order: shared by every ``PgRaw`` on
-# it (the writer's, and one an operation makes with ``raw_for``).
-_HELD: weakref.WeakKeyDictionary[Any, list[tuple[str, Sequence[Any] | None]]] = (
-    weakref.WeakKeyDictionary()
-)
+BATCH = os.environ.get("ACPCTL_PG_BATCH", "1") != "0"
+# The statements held for each psycopg connection, in order, as SQL text with their values
+# in it: shared by every ``PgRaw`` on it (the writer's, and one an operation makes).
+_HELD: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 
 
 def flush_held(driver_connection: Any) -> None:
@@ -100,32 +102,39 @@ class PgRaw:
         self._held = held
 
     def later(self, sql: str, parameters: Sequence[Any] = ()) -> None:
-        if PIPELINE:
-            self._held.append((_pg_sql(sql), parameters or None))
-        else:
+        if not BATCH:
             self._conn.execute(_pg_sql(sql), parameters or None)
+        elif parameters:
+            from psycopg import ClientCursor
+
+            self._held.append(ClientCursor(self._conn).mogrify(_pg_sql(sql), parameters))
+        else:
+            self._held.append(sql)
 
     def execute_held(self) -> None:
-        held = self._take_held()
-        if held:
-            with self._conn.pipeline():
-                for sql, parameters in held:
-                    self._conn.execute(sql, parameters)
+        if self._held:
+            self._last(self._conn.execute(self._take_held(), None))
 
-    def _take_held(self) -> list[tuple[str, Sequence[Any] | None]]:
-        held = self._held[:]
+    def _take_held(self, *then: str) -> str:
+        text = "; ".join([*self._held, *then])
         self._held.clear()  # in place: shared with every PgRaw on this connection
-        return held
+        return text
+
+    @staticmethod
+    def _last(cursor: Any) -> Any:
+        """The result of the last statement of a message that held several."""
+        while cursor.nextset():
+            pass
+        return cursor
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
-        if self._held:
-            held = self._take_held()
-            with self._conn.pipeline():
-                for before, values in held:
-                    self._conn.execute(before, values)
-                cursor = self._conn.execute(_pg_sql(sql), parameters or None)
-        else:
+        if not self._held:
             cursor = self._conn.execute(_pg_sql(sql), parameters or None)
+        elif parameters:  # what is held goes first, in a message of its own
+            self.execute_held()
+            cursor = self._conn.execute(_pg_sql(sql), parameters)
+        else:  # one message: what is held, then this
+            cursor = self._last(self._conn.execute(self._take_held(sql), None))
         if cursor.description is None:
             return _NoRows(cursor.rowcount)
         return cursor
@@ -138,15 +147,9 @@ class PgRaw:
 
     def executemany_ids(self, sql: str, parameters: Sequence[Sequence[Any]]) -> list[int]:
         """``executemany`` of an ``INSERT ... RETURNING id``: the ids, in order."""
+        self.execute_held()
         cursor = self._conn.cursor()
-        held = self._take_held()
-        if held:  # in the same pipeline as the rows
-            with self._conn.pipeline():
-                for before, values in held:
-                    self._conn.execute(before, values)
-                cursor.executemany(_pg_sql(sql), parameters, returning=True)
-        else:
-            cursor.executemany(_pg_sql(sql), parameters, returning=True)
+        cursor.executemany(_pg_sql(sql), parameters, returning=True)
         ids: list[int] = []
         while True:
             ids.append(int(cursor.fetchone()[0]))

@@ -1,9 +1,9 @@
 """PostgreSQL: the writer's statements whose answer it does not read (``BEGIN``, savepoints,
-their releases, the notifications) go out in one pipeline with the next statement that is
-read (store/raw.py ``later``). Counted from libpq's own protocol trace (bench/pg_trace.py):
-a group takes fewer round trips than statements, and fewer than with pipelining off; a
-serialization failure that surfaces in a pipeline is retried like any other; a failing
-write in a group is still undone alone."""
+their releases, the notifications) are held and go out in one message with what follows
+them (store/raw.py ``later``). Counted from libpq's own protocol trace (bench/pg_trace.py):
+a group takes fewer round trips than statements, and fewer than with batching off; a
+serialization failure in a batched message is retried like any other; a failing write in
+a group is still undone alone."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ pytestmark = [
 SESSIONS = 6
 
 
-@pytest.fixture(params=[True, False], ids=["pipeline", "one-by-one"])
-def pipeline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
-    monkeypatch.setattr(store.raw, "PIPELINE", request.param)
+@pytest.fixture(params=[True, False], ids=["batch", "one-by-one"])
+def batch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
+    monkeypatch.setattr(store.raw, "BATCH", request.param)
     yield request.param
 
 
@@ -58,18 +58,18 @@ def _group(db: str, tmp_path: Path, tag: str) -> tuple[Trace, list[int]]:
 def test_a_group_sends_what_it_does_not_read_with_what_it_does(
     db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.raw, "PIPELINE", False)
+    monkeypatch.setattr(store.raw, "BATCH", False)
     alone, events_alone = _group(db, tmp_path, "alone")
-    monkeypatch.setattr(store.raw, "PIPELINE", True)
+    monkeypatch.setattr(store.raw, "BATCH", True)
     piped, events_piped = _group(db, tmp_path, "piped")
     assert events_alone == events_piped == [1] * SESSIONS
     assert alone.statements == piped.statements  # the same statements, in fewer trips
     assert alone.round_trips >= alone.statements
-    # Each append's notification goes with the COMMIT, the BEGINs with the next statement.
-    assert piped.round_trips <= alone.round_trips - SESSIONS - 1
+    # Every append's notification goes in one message with the COMMIT.
+    assert piped.round_trips <= alone.round_trips - SESSIONS
 
 
-def test_a_serialization_failure_in_a_pipeline_is_retried(db: str, pipeline: bool) -> None:
+def test_a_serialization_failure_in_a_batch_is_retried(db: str, batch: bool) -> None:
     """Write skew: this store's write reads two rows and updates one; meanwhile another
     connection reads both and updates the other, and commits. The first attempt fails
     (serializable isolation) where its statements were sent, the group runs again and
@@ -100,7 +100,7 @@ def test_a_serialization_failure_in_a_pipeline_is_retried(db: str, pipeline: boo
         assert st.get_session(b).metadata == {"by": "other"}
 
 
-def test_a_failing_write_after_held_statements_is_undone_alone(db: str, pipeline: bool) -> None:
+def test_a_failing_write_after_held_statements_is_undone_alone(db: str, batch: bool) -> None:
     with Store.open(db) as st:
         sid = st.spawn(AGENT, "/w", None, None, "k").session.id
         gate = threading.Event()
