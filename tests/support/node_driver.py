@@ -1,11 +1,15 @@
 """One control-plane node of a fleet test: a process that runs sessions on a shared store.
 
-    python -m tests.support.node_driver DB WORKDIR NAME LABELS LEASE_S DISCOVER_S
+    python -m tests.support.node_driver DB WORKDIR NAME LABELS LEASE_S DISCOVER_S [stats]
 
 LABELS is comma-separated (``-`` for none). Prints ``ready <owner id>`` once its node is
 registered and it runs sessions, then serves until killed (or SIGTERM: an orderly stop).
 On SIGUSR1 it prints ``counts <json>``: its listener's notifications by channel kind
 (``SessionNotifications.counts``, store/listen.py), ``{}`` on SQLite.
+With a seventh argument ``stats`` it also answers each line on stdin with one JSON line of
+its counters (bench/nodes.py): PostgreSQL notifications heard (``received``, of them its
+own commits' ``skipped``, and ``counts`` by channel kind) and its writer's commits, writes
+and notifications sent.
 """
 
 from __future__ import annotations
@@ -20,6 +24,21 @@ from pathlib import Path
 from control_plane import ControlPlane
 from store.ownership import this_owner
 from tests.support.cp_harness import FAST
+
+
+def _serve_stats(cp: ControlPlane) -> None:
+    listener = cp._supervisor.notifications
+    writer = cp._store._writer
+    for _line in sys.stdin:
+        counts = {
+            "received": getattr(listener, "received", 0),
+            "skipped": getattr(listener, "skipped", 0),
+            "counts": {} if listener is None else dict(listener.counts),
+            "batches": writer.batches,
+            "writes": writer.writes,
+            "notified": getattr(writer, "notified", 0),
+        }
+        print(json.dumps(counts), flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -42,6 +61,8 @@ def main(argv: list[str]) -> int:
                 f"counts {json.dumps({} if listener is None else listener.counts)}", flush=True
             ),
         )
+        if argv[6:7] == ["stats"]:
+            threading.Thread(target=_serve_stats, args=(cp,), daemon=True).start()
         print(f"ready {this_owner()}", flush=True)
         while not done.wait(0.2):
             pass
