@@ -175,7 +175,10 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
             f"    {k:<23} {v:8.0f}   CPU ms per command: this process {used['client']:.2f},"
             f" postgres {used['postgres']:.2f}"
         )
-    print(f"    PostgreSQL / SQLite: {report['pg_vs_sqlite_cmd_per_s']:.2f}x")
+    print(
+        f"    PostgreSQL / SQLite: {report['pg_vs_sqlite_cmd_per_s']:.2f}x (their CPU per "
+        f"command allows {report['pg_vs_sqlite_cpu_allows']:.2f}x)"
+    )
     print(f"    batched / one by one: {report['batched_vs_one_by_one_cmd_per_s']:.2f}x")
     print(f"(b) turn latency, no-op agent, {args.turns} turns x {args.rounds} rounds")
     for k, v in report["turn_ms"].items():
@@ -279,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             for backend, runs in per_turn.items()
         }
         report["pg_vs_sqlite_cmd_per_s"] = median(rates["postgresql"]) / median(rates["sqlite"])
+        # What the CPU allows where it is the limit (this machine): commands/s in inverse
+        # proportion to the CPU one command takes, this process's and the server's.
+        spent = {k: v["client"] + v["postgres"] for k, v in report["commands_cpu_ms"].items()}
+        report["pg_vs_sqlite_cpu_allows"] = spent["sqlite"] / spent["postgresql"]
         report["pg_vs_sqlite_turn_p50"] = median(turns["postgresql"]) / median(turns["sqlite"])
         report["batched_vs_one_by_one_cmd_per_s"] = median(rates["postgresql"]) / median(
             rates["postgresql-one-by-one"]
