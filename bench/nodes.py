@@ -208,6 +208,10 @@ def print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
             f"{v['cpu_ms_per_command_client']:.1f}; machine busy "
             f"{v['machine_busy_share'] * 100:.0f}% (others {v['others_cpu_cores']:.2f} cores)"
         )
+        print(
+            f"        serialization failures (groups run again): "
+            f"{v['serialization_failures_per_command']:.2f} per command"
+        )
     print(
         f"    3 nodes / 1 node: {report['three_vs_one_node_cmd_per_s']:.2f}x "
         f"(this machine's CPU allows {report['three_vs_one_node_cpu_ceiling']:.2f}x: "
@@ -296,12 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         fleets: dict[int, list[dict[str, float]]] = {1: [], 2: [], 3: []}
         if args.no_fleet:
             fleets = {}
+        log = str(server.tmp / "log") if server.tmp is not None else None
         for r in range(args.rounds):
             for count in fleets if r % 2 == 0 else reversed(fleets):
                 progress(f"round {r + 1}/{args.rounds}: (c) {count} node(s)")
                 db = server.create_database()
                 fleets[count].append(
-                    run_fleet(db, count, args.per_node, args.waves, work, postmaster)
+                    run_fleet(db, count, args.per_node, args.waves, work, postmaster, log)
                 )
         report["nodes"] = {
             count: {key: median([run[key] for run in runs]) for key in runs[0]}

@@ -177,11 +177,30 @@ def _until_running(cp: Any, session_ids: list[str], timeout: float = 60) -> None
         time.sleep(0.05)
 
 
+def _serialization_failures(server_log: str | None, since: int) -> int:
+    """Transactions the server refused under serializable isolation (each one a group that
+    ran again after a jittered wait: store/retry.py), from its log after byte ``since``."""
+    if server_log is None:
+        return 0
+    with open(server_log, "rb") as log:
+        log.seek(since)
+        return log.read().count(b"could not serialize access")
+
+
 def run_fleet(
-    db: str, count: int, per_node: int, waves: int, work: str, postmaster: int
+    db: str,
+    count: int,
+    per_node: int,
+    waves: int,
+    work: str,
+    postmaster: int,
+    server_log: str | None = None,
 ) -> dict[str, float]:
     """One fleet of ``count`` nodes, ``per_node`` sessions pinned to each; see the module
-    docstring for what is measured."""
+    docstring for what is measured. With the server's log, also the serialization failures
+    per command."""
+    log_start = os.path.getsize(server_log) if server_log else 0
+    commands = 0
     from control_plane import ControlPlane
     from store.placement import Placement
     from tests.support.cp_harness import FAST
@@ -207,6 +226,11 @@ def run_fleet(
             result.update(_waves(cp, nodes, sids, waves, result["notifications_per_enqueue"]))
             result.update(_burst(cp, nodes, sids, waves, postmaster))
             result["nodes_owning_sessions"] = float(len({cp.get(s).owner for s in sids}))
+            commands = len(
+                cp._store.read(lambda c: c.exec_driver_sql("SELECT id FROM commands").all())
+            )
+        failures = _serialization_failures(server_log, log_start)
+        result["serialization_failures_per_command"] = failures / commands
         return result
     finally:
         _stop_nodes(nodes)
