@@ -7,7 +7,7 @@ plane has a short list to implement, not the store's whole surface."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -25,7 +25,8 @@ from store.hashing import command_hash
 from store.location import StoreLocation
 from store.ops import budgets
 from store.ops import permissions as permission_ops
-from store.queries.permissions import PermissionRecord, permission_record
+from store.queries import permissions as permission_queries
+from store.queries.permissions import PermissionRecord
 from store.queries.search import SearchFilters, SearchHit
 from store.search_query import SearchQuery
 from store.tokens import TokenRecord
@@ -136,20 +137,20 @@ class FrontEndServices:
         self,
         request_id: str,
         session_id: str,
-        tool_call_id: str | None,
-        title: str | None = None,
+        tool_call: dict[str, Any],
+        options: list[dict[str, Any]],
     ) -> None:
-        """On record, with a ``permission_requested`` event in the session's log (what
-        webhooks are told of: docs/notify.md)."""
+        """On record, with a ``permission_requested`` event in the session's log that carries
+        the request itself (what webhooks are told of, docs/notify.md, and what other nodes
+        put to their clients)."""
         self._store.write(
-            lambda ctx: permission_ops.open_request(
-                ctx, request_id, session_id, tool_call_id, title
-            )
+            lambda ctx: permission_ops.open_request(ctx, request_id, session_id, tool_call, options)
         )
 
     def decide_permission(self, request_id: str, option_id: str | None, decided_by: str) -> bool:
         """Compare-and-set: record the answer if the request is still pending; whether it
-        won (a second client's answer to the same request does not)."""
+        won (a second client's answer to the same request, on any node, does not). The
+        winning write appends ``permission_settled`` and notifies the session's owner."""
         return self._store.write(
             lambda ctx: permission_ops.decide(ctx, request_id, option_id, decided_by)
         )
@@ -160,7 +161,20 @@ class FrontEndServices:
     def permission_request(self, request_id: str) -> PermissionRecord | None:
         """A permission request put to network clients, as recorded: pending, answered
         (with the option and the token that chose it) or withdrawn."""
-        return self._store.read(lambda c: permission_record(c, request_id))
+        return self._store.read(lambda c: permission_queries.permission_record(c, request_id))
+
+    def permission_requests(self, request_ids: Collection[str]) -> list[PermissionRecord]:
+        return self._store.read(lambda c: permission_queries.permission_records(c, request_ids))
+
+    def pending_permissions(
+        self, session_ids: Collection[str]
+    ) -> list[tuple[PermissionRecord, dict[str, Any] | None]]:
+        """The requests of these sessions still waiting, each with its request as put to
+        clients (``{"toolCall", "options"}``; None if its event does not carry them)."""
+        return self._store.read(lambda c: permission_queries.pending_permissions(c, session_ids))
+
+    def permission_params(self, record: PermissionRecord) -> dict[str, Any] | None:
+        return self._store.read(lambda c: permission_queries.permission_params(c, record))
 
     def store_fault(self, min_s: float) -> StoreError | None:
         """The store's refusal once every write has failed for ``min_s`` seconds (or at once

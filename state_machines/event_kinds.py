@@ -37,5 +37,10 @@ class EventKind(StrEnum):
     FORK_SEED = "fork_seed"  # the forked conversation sent to a new agent with a prompt
     TRANSCRIPT_ENTRY = "transcript_entry"  # one entry of an imported JSONL transcript, verbatim
     # serve --listen put an agent's permission request to its clients (requestId, toolCallId,
-    # title): written with the request's row, so webhooks learn of it from the log.
+    # title; toolCall and options, so any node can put it to its own clients): written with
+    # the request's row, so webhooks and the other nodes learn of it from the log.
     PERMISSION_REQUESTED = "permission_requested"
+    # that request was settled (requestId, state: answered with optionId and decidedBy, or
+    # withdrawn): written with the row's compare-and-set, so the asking node and every node
+    # that put it to its clients learn of it from the log.
+    PERMISSION_SETTLED = "permission_settled"

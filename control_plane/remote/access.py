@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from control_plane.api import ControlPlane
 from state_machines import SessionNotFound
-from store.tokens import TokenAccess, TokenSessions
-
-if TYPE_CHECKING:
-    from control_plane.remote.connection import RemoteConnection
+from store.tokens import TokenAccess, TokenRecord, TokenSessions
 
 FORBIDDEN = -32003  # in the JSON-RPC server-error range; ACP defines no code for it
 
@@ -21,6 +19,20 @@ FORBIDDEN = -32003  # in the JSON-RPC server-error range; ACP defines no code fo
 WATCH_METHODS = frozenset(
     {"initialize", "session/load", "session/resume", "session/list", "_acpctl/outcome"}
 )
+
+
+class Caller(Protocol):
+    """Who sends (a connection): its token, the sessions it was let into, the control
+    plane to look a session's creator up in."""
+
+    @property
+    def token(self) -> TokenRecord: ...
+
+    @property
+    def allowed_sessions(self) -> set[str]: ...
+
+    @property
+    def cp(self) -> ControlPlane: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,7 @@ def _denied(message: dict[str, Any], reason: str) -> Denied:
     )
 
 
-async def check_access(conn: RemoteConnection, message: dict[str, Any]) -> Denied | None:
+async def check_access(conn: Caller, message: dict[str, Any]) -> Denied | None:
     token = conn.token
     method = message.get("method")
     if token.access is TokenAccess.WATCH and method not in WATCH_METHODS:
@@ -50,7 +62,7 @@ async def check_access(conn: RemoteConnection, message: dict[str, Any]) -> Denie
     if session_id in conn.allowed_sessions:
         return None
     try:
-        session = await asyncio.to_thread(conn.hub.cp.get, session_id)
+        session = await asyncio.to_thread(conn.cp.get, session_id)
     except SessionNotFound:
         return None  # the agent answers "not found" itself
     if session.metadata.get("createdByToken") != token.id:

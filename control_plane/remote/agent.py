@@ -13,7 +13,7 @@ with what several clients and reconnects need.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from acp import RequestError
 from acp.schema import ListSessionsResponse, PromptResponse, SessionInfo
@@ -21,6 +21,7 @@ from acp.schema import ListSessionsResponse, PromptResponse, SessionInfo
 from control_plane.api import ControlPlane
 from control_plane.outcome import Outcome
 from control_plane.remote.follow import SessionFollow
+from control_plane.remote.roles import FollowerConnection
 from control_plane.serve.agent import FEED_CHECK_S, ServeAgent
 from control_plane.serve.client_io import idempotency_key
 from control_plane.serve.prompt_answer import prompt_response
@@ -30,9 +31,6 @@ from protocol.face.rpc_errors import to_request_error
 from state_machines import COMMAND_MACHINE, ControlPlaneError, SessionNotFound
 from store import AgentSpec
 from store.tokens import TokenSessions
-
-if TYPE_CHECKING:
-    from control_plane.remote.connection import RemoteConnection
 
 OUTCOME_METHOD = "acpctl/outcome"  # "_acpctl/outcome" on the wire
 
@@ -55,7 +53,7 @@ def position_after(meta: dict[str, Any]) -> int | None:
 
 class RemoteServeAgent(ServeAgent):
     def __init__(
-        self, cp: ControlPlane, agent: AgentSpec, conn: RemoteConnection, queue_mode: str
+        self, cp: ControlPlane, agent: AgentSpec, conn: FollowerConnection, queue_mode: str
     ) -> None:
         super().__init__(cp, agent, None, queue_mode)
         self.conn = conn
@@ -78,7 +76,13 @@ class RemoteServeAgent(ServeAgent):
         old = self.follows.pop(session_id, None)
         if old is not None:
             old.close()
-        follow = SessionFollow(self.cp, session_id, self.conn.send_updates, self.conn.hub.frames)
+        follow = SessionFollow(
+            self.cp,
+            session_id,
+            self.conn.send_updates,
+            self.conn.frames,
+            self.conn.permissions.noticed,
+        )
         self.follows[session_id] = follow
         position = await follow.open(after, hold)
         self.conn.attached(session_id)

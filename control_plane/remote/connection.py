@@ -19,29 +19,56 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from acp._transport import memory_transport_pair
 from acp.agent.connection import AgentSideConnection
 
+from control_plane.api import ControlPlane
 from control_plane.remote.access import Denied, check_access
 from control_plane.remote.agent import RemoteServeAgent
-from control_plane.remote.frames import Frames
+from control_plane.remote.frames import FrameCache, Frames
 from control_plane.remote.outbox import Outbox
+from control_plane.remote.roles import PermissionDesk
+from control_plane.remote.sdk_transport import message_pair
 from control_plane.remote.telemetry import CUT_OFF
+from store import AgentSpec
 from store.tokens import TokenAccess, TokenRecord
-
-if TYPE_CHECKING:
-    from control_plane.remote.hub import Hub
 
 log = logging.getLogger("acpctl.remote")
 
 INITIALIZE_TIMEOUT_S = 60.0
 
 
+class ConnectionHost(Protocol):
+    """What a connection needs of the server that holds it (``Hub``)."""
+
+    @property
+    def cp(self) -> ControlPlane: ...
+
+    @property
+    def agent(self) -> AgentSpec: ...
+
+    @property
+    def queue_mode(self) -> str: ...
+
+    @property
+    def max_buffer_bytes(self) -> int: ...
+
+    @property
+    def frames(self) -> FrameCache: ...
+
+    @property
+    def permissions(self) -> PermissionDesk: ...
+
+    def close_soon(self, conn: RemoteConnection, reason: str) -> None: ...
+
+
 class RemoteConnection:
-    def __init__(self, hub: Hub, token: TokenRecord, secret: str, multiplex: bool) -> None:
+    def __init__(
+        self, hub: ConnectionHost, token: TokenRecord, secret: str, multiplex: bool
+    ) -> None:
         self.hub = hub
+        self.cp = hub.cp
         self.token = token
         self.secret = secret  # memory only: re-checked against the store (revocation)
         self.multiplex = multiplex
@@ -55,7 +82,7 @@ class RemoteConnection:
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._holding: set[str] = set()
         self.allowed_sessions: set[str] = set()
-        server_side, self._pump_side = memory_transport_pair()
+        server_side, self._pump_side = message_pair()
         self.agent = RemoteServeAgent(hub.cp, hub.agent, self, hub.queue_mode)
         self._sdk = AgentSideConnection(
             self.agent,  # type: ignore[arg-type]  # duck-typed: missing methods -> -32601
@@ -68,6 +95,18 @@ class RemoteConnection:
     @property
     def may_answer_permissions(self) -> bool:
         return self.token.access is TokenAccess.CONTROL and self.closed_reason is None
+
+    @property
+    def answerer(self) -> str:
+        return self.token.name
+
+    @property
+    def frames(self) -> FrameCache:
+        return self.hub.frames
+
+    @property
+    def permissions(self) -> PermissionDesk:
+        return self.hub.permissions
 
     # -- to the client -----------------------------------------------------------------------
 

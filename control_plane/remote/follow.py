@@ -12,7 +12,8 @@ there is no gap and no repeat however the two overlap.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from control_plane.api import ControlPlane
 from control_plane.remote.frames import FrameCache, Frames
@@ -21,12 +22,27 @@ from state_machines.event_kinds import EventKind
 from store import CommandRecord, SessionCommit, SessionWatch
 
 Send = Callable[[str, Frames], None]
+# Told of every event passed on or skipped (in order): the permission router puts another
+# node's permission requests to this node's clients from here (permissions.py).
+Noticed = Callable[[str, Sequence[Any]], None]
+
+
+def _nobody(session_id: str, events: Sequence[Any]) -> None:
+    return None
 
 
 class SessionFollow:
-    def __init__(self, cp: ControlPlane, session_id: str, send: Send, frames: FrameCache) -> None:
+    def __init__(
+        self,
+        cp: ControlPlane,
+        session_id: str,
+        send: Send,
+        frames: FrameCache,
+        noticed: Noticed = _nobody,
+    ) -> None:
         self._cp = cp
         self._frames = frames
+        self._noticed = noticed
         self.session_id = session_id
         self._send = send
         self._loop = asyncio.get_running_loop()
@@ -56,6 +72,7 @@ class SessionFollow:
             stored = await asyncio.to_thread(self._cp.events, self.session_id, after)
             self.position = stored[-1].seq if stored else after
             self._emit(self._frames.frames(self.session_id, stored))
+            self._noticed(self.session_id, stored)
         self._caught_up = True
         self._drain()
         return self.position
@@ -140,6 +157,8 @@ class SessionFollow:
             self.position = fresh[-1].seq
         shown = [e for e in fresh if e.kind != EventKind.PROMPT or e.command_id not in self._own]
         self._emit(self._frames.frames(self.session_id, shown))
+        if fresh:
+            self._noticed(self.session_id, fresh)
         for record in share.finished:
             waiter = self._waiting.pop(record.id, None)
             if waiter is not None and not waiter.done():

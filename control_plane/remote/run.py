@@ -116,6 +116,7 @@ async def serve_listen(
         loop.add_signal_handler(sig, stop.set)
     serving = asyncio.create_task(server.serve())
     sweeping = asyncio.create_task(hub.sweep_idle())
+    rereading = asyncio.create_task(permissions.run())  # other nodes' requests, lost notes
     try:
         while not server.started:
             if serving.done():
@@ -143,6 +144,7 @@ async def serve_listen(
         return 0
     finally:
         sweeping.cancel()
+        rereading.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
         if metrics is not None:

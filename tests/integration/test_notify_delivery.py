@@ -50,7 +50,9 @@ def test_a_permission_request_is_told_with_its_deep_link(tmp_path: Path) -> None
         hook = hook_to(receiver.url, events=("permission_requested",), fmt=Format.NTFY)
         with open_cp(tmp_path, **fast(hook)) as cp:
             sid = cp.spawn(noop_agent(), tmp_path).session.id
-            cp.open_permission_request("acpctl-permission-1", sid, "call-1", "Edit main.py")
+            tool_call = {"toolCallId": "call-1", "title": "Edit main.py"}
+            options = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
+            cp.open_permission_request("acpctl-permission-1", sid, tool_call, options)
             assert receiver.wait_for(lambda r: len(r.acked) == 1)
             (event_id,) = _ids(cp, sid, EventKind.PERMISSION_REQUESTED)
     (got,) = receiver.requests

@@ -134,6 +134,7 @@ class RpcClient:
         self.notifications: list[dict[str, Any]] = []
         self.permission_requests: list[dict[str, Any]] = []
         self.withdrawn: list[Any] = []
+        self.cancels: list[dict[str, Any]] = []  # each $/cancel_request's params
         self.permission = permission
         self.changed = asyncio.Event()
 
@@ -166,6 +167,7 @@ class RpcClient:
                 await self.answer_permission(message, self.permission)
         elif message["method"] == "$/cancel_request":
             self.withdrawn.append(message["params"]["requestId"])
+            self.cancels.append(message["params"])
         elif "id" not in message:
             self.notifications.append(message)
         self.changed.set()

@@ -116,6 +116,9 @@ PINNED_CONTROL_PLANE = [
     "decide_permission",
     "withdraw_permission",
     "permission_request",
+    "permission_requests",
+    "pending_permissions",
+    "permission_params",
 ]
 
 # What the store package offers the layers above it: records, the Store and its options.
