@@ -33,21 +33,28 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from acp.schema import PermissionOption, ToolCallUpdate
 
 from control_plane.api import ControlPlane
+from control_plane.remote.pending_permission import (
+    INVALID,
+    PendingPermission,
+    answered_outcome,
+    chosen_option,
+    recorded_outcome,
+    settled_outcome,
+)
 from control_plane.remote.permission_errors import (
     PermissionAlreadyAnswered,
     PermissionAnswerInvalid,
     PermissionNotFound,
 )
+from control_plane.remote.permission_watch import SettlementWatches
 from control_plane.remote.roles import PermissionClient
 from state_machines import ControlPlaneError, SessionClosed
 from state_machines.event_kinds import EventKind
-from store import SessionWatch
 from store.ops.permissions import ANSWERED, PENDING
 from store.queries.permissions import PermissionRecord, request_params
 
@@ -61,34 +68,6 @@ REREAD_S_SQLITE = 1.0
 REREAD_S_POSTGRES = 5.0
 
 
-@dataclass
-class PendingPermission:
-    request_id: str
-    session_id: str
-    params: dict[str, Any]  # sessionId, toolCall, options: the request as put to clients
-    answer: asyncio.Future[str | None] | None  # None: another node asks (a mirror here)
-    asked: set[PermissionClient] = field(default_factory=set)
-    winner: PermissionClient | None = None
-    recorded: bool = False  # on record: it may be put to clients
-    outcome: dict[str, Any] | None = None  # how it was settled (state, optionId, decidedBy)
-    # Answers of this node being decided now: the log's word on the request waits for them
-    # (the winner's own settlement comes through the feed before its decide returns).
-    deciding: int = 0
-
-    @property
-    def valid_options(self) -> set[str]:
-        options = self.params.get("options", [])
-        return {str(o.get("optionId")) for o in options if isinstance(o, dict)}
-
-    def message(self) -> dict[str, Any]:
-        return {
-            "jsonrpc": "2.0",
-            "id": self.request_id,
-            "method": "session/request_permission",
-            "params": self.params,
-        }
-
-
 class PermissionRouter:
     def __init__(self, ask_timeout_s: float | None, reread_s: float | None = None) -> None:
         self._cp: ControlPlane | None = None  # bound once the control plane is open
@@ -97,7 +76,7 @@ class PermissionRouter:
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's, set when it runs
         self._attached: dict[str, set[PermissionClient]] = {}
         self._pending: dict[str, PendingPermission] = {}  # asked here, or mirrored
-        self._watches: dict[str, SessionWatch] = {}  # sessions with requests asked here
+        self._watches = SettlementWatches(self.noticed)  # sessions with requests asked here
         self._tasks: set[asyncio.Task[None]] = set()
 
     def bind(self, cp: ControlPlane) -> None:
@@ -172,7 +151,7 @@ class PermissionRouter:
         # watched before: no settlement can fall between the write and the watch.
         self._pending[pending.request_id] = pending
         try:
-            await self._watch(session_id)
+            await self._watches.open(self._cp, session_id)
             await asyncio.to_thread(
                 self._cp.open_permission_request,
                 pending.request_id,
@@ -219,44 +198,11 @@ class PermissionRouter:
         except ControlPlaneError as exc:  # the store is closing or refuses: nothing waits
             log.info("permission request %s not withdrawn on record: %s", request_id, exc)
 
-    async def _watch(self, session_id: str) -> None:
-        """Hear this session's settlements while a request asked here waits (another node's
-        answer comes this way: a commit of that node, read back on its notification)."""
-        if session_id in self._watches:
-            return
-        assert self._cp is not None and self.loop is not None
-        loop = self.loop
-
-        def wake() -> None:  # the writer's (or listener's) thread
-            loop.call_soon_threadsafe(self._take, session_id)
-
-        watch = await asyncio.to_thread(
-            self._cp.watch_session,
-            session_id,
-            wake,
-            lambda e: e.kind == EventKind.PERMISSION_SETTLED,
-            False,
-        )
-        if session_id in self._watches:  # another ask of the session got there first
-            watch.close()
-        else:
-            self._watches[session_id] = watch
-
     def _unwatch_if_idle(self, session_id: str) -> None:
-        if any(p.session_id == session_id and p.answer is not None for p in self._pending.values()):
-            return
-        watch = self._watches.pop(session_id, None)
-        if watch is not None:
-            watch.close()
-
-    def _take(self, session_id: str) -> None:
-        watch = self._watches.get(session_id)
-        if watch is not None:
-            self._spawn(self._take_async(session_id, watch))
-
-    async def _take_async(self, session_id: str, watch: SessionWatch) -> None:
-        share = await watch.take_async()
-        self.noticed(session_id, share.events)
+        if not any(
+            p.session_id == session_id and p.answer is not None for p in self._pending.values()
+        ):
+            self._watches.close(session_id)
 
     # -- the log: requests and settlements of any node ---------------------------------------
 
@@ -278,7 +224,7 @@ class PermissionRouter:
             requested.pop(request_id, None)
             pending = self._pending.get(request_id)
             if pending is not None and pending.recorded and not pending.deciding:
-                self._settle(pending, _outcome(payload), None)
+                self._settle(pending, settled_outcome(payload), None)
         if requested:
             self._spawn(self._mirror_if_pending(requested))
 
@@ -314,7 +260,7 @@ class PermissionRouter:
         for record in records:
             pending = self._pending.get(record.id)
             if record.state != PENDING and pending is not None and not pending.deciding:
-                self._settle(pending, _recorded_outcome(record), None)
+                self._settle(pending, recorded_outcome(record), None)
         for record, params in waiting:
             if params is not None:
                 self._mirror(record, params)
@@ -335,13 +281,13 @@ class PermissionRouter:
         pending = self._pending.get(request_id)
         if pending is None or pending.outcome is not None or conn not in pending.asked:
             return True  # settled already (the client was told), or never put to it
-        choice = _choice(message, pending.valid_options)
-        if choice is _INVALID:
+        choice = chosen_option(message, pending.valid_options)
+        if choice is INVALID:
             log.info("permission answer to %s ignored: not a valid outcome", request_id)
             return True
         option = choice if isinstance(choice, str) else None
         if await self._decide(pending, option, conn.answerer):
-            self._settle(pending, _answered(option, conn.answerer), conn)
+            self._settle(pending, answered_outcome(option, conn.answerer), conn)
             return True
         if conn in pending.asked:  # it lost: tell it, once
             pending.asked.discard(conn)
@@ -376,7 +322,7 @@ class PermissionRouter:
             raise PermissionAlreadyAnswered(after)
         pending = self._pending.get(request_id)
         if pending is not None:
-            self._settle(pending, _answered(option_id, decided_by), None)
+            self._settle(pending, answered_outcome(option_id, decided_by), None)
         return after
 
     async def _decide(
@@ -443,33 +389,3 @@ class PermissionRouter:
             await work
         except Exception as exc:  # a store that refuses now: the periodic re-read tries again
             log.warning("permission requests not looked up: %s", exc)
-
-
-def _answered(option_id: str | None, decided_by: str) -> dict[str, Any]:
-    return {"state": ANSWERED, "optionId": option_id, "decidedBy": decided_by}
-
-
-def _outcome(payload: dict[str, Any]) -> dict[str, Any]:
-    return {k: payload[k] for k in ("state", "optionId", "decidedBy") if k in payload}
-
-
-def _recorded_outcome(record: PermissionRecord) -> dict[str, Any]:
-    if record.state == ANSWERED:
-        return _answered(record.option_id, record.decided_by or "")
-    return {"state": record.state}
-
-
-_INVALID = object()
-
-
-def _choice(message: dict[str, Any], valid: set[str]) -> object:
-    """The option chosen, None for "cancelled", or ``_INVALID``."""
-    result = message.get("result")
-    if not isinstance(result, dict) or not isinstance(result.get("outcome"), dict):
-        return _INVALID
-    outcome = result["outcome"]
-    if outcome.get("outcome") == "cancelled":
-        return None
-    if outcome.get("outcome") == "selected" and outcome.get("optionId") in valid:
-        return outcome["optionId"]
-    return _INVALID

@@ -86,6 +86,7 @@ class _TranscriptBuilder:
             EventKind.TURN_FAILED: self._on_turn_failed,
             EventKind.INTERRUPTED: self._on_interrupted,
             EventKind.ANNOUNCE: self._on_announce,
+            EventKind.PERMISSION_REQUESTED: self._on_permission_requested,
         }
 
     # ---- driving
@@ -170,6 +171,12 @@ class _TranscriptBuilder:
         # "event" names the kind even if a payload happens to carry a key of that name.
         data.update({key: plain(value) for key, value in payload.items() if key != "event"})
         self._emit_custom(CONTROL_PLANE_CUSTOM_TYPE, data)
+
+    def _on_permission_requested(self, payload: Mapping[str, Any]) -> None:
+        # The lifecycle entry names the request; the tool call and options it carries (for
+        # other nodes' clients) are in the transcript already as the tool call's own entry.
+        named = {k: payload[k] for k in ("requestId", "toolCallId", "title") if k in payload}
+        self._emit_lifecycle(EventKind.PERMISSION_REQUESTED, named)
 
     def _emit_assistant(
         self, blocks: list[JsonObject], stop_reason: str, usage: JsonObject, error: str | None

@@ -17,13 +17,14 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.direct_sql import query
-from tests.support.remote_client import ListenServer, make_token, ws_client
+from tests.support.remote_client import ListenServer, RpcClient, make_token, ws_client
 
 # SQLite has no notifications: another process's request and answer arrive by the re-read
 # (control_plane/remote/permissions.py, 1 s there); PostgreSQL's come at once. The bound
@@ -63,6 +64,10 @@ def _http(
 
 def _permission_path(sid: str, request_id: str) -> str:
     return f"/api/sessions/{sid}/permissions/{urllib.parse.quote(request_id)}"
+
+
+def _withdrawn(client: RpcClient, request_id: str) -> bool:
+    return request_id in client.withdrawn
 
 
 def _turn_state(db: str, sid: str) -> str | None:
@@ -196,7 +201,7 @@ def test_answers_at_once_on_two_nodes_one_wins_the_others_are_told(tmp_path: Pat
                         assert request_id not in client.withdrawn
                     else:
                         await client.wait_for(
-                            lambda c=client: request_id in c.withdrawn, ARRIVES_WITHIN_S
+                            partial(_withdrawn, client, request_id), ARRIVES_WITHIN_S
                         )
                 if option is None:  # the console won
                     assert status == 200 and body["optionId"] is None

@@ -108,6 +108,30 @@ def test_lifecycle_and_unknown_events_become_control_plane_custom_entries(kind: 
     assert entries[0]["data"] == {"event": kind, "reason": "r"}
 
 
+def test_a_permission_request_and_its_settlement_are_lifecycle_entries_naming_it() -> None:
+    """The request's tool call and options (carried for other nodes' clients) stay out: the
+    tool call has its own entry; the settlement says how it ended."""
+    requested = {
+        "requestId": "acpctl-permission-1",
+        "toolCallId": "call-1",
+        "title": "Edit main.py",
+        "toolCall": {"toolCallId": "call-1", "rawInput": {"path": "main.py"}},
+        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+    }
+    settled = {"requestId": "acpctl-permission-1", "state": "answered", "optionId": "allow"}
+    script = EventScript().add("permission_requested", requested)
+    entries = script.add("permission_settled", {**settled, "decidedBy": "phone"}).entries()
+    assert [e["data"] for e in entries] == [
+        {
+            "event": "permission_requested",
+            "requestId": "acpctl-permission-1",
+            "toolCallId": "call-1",
+            "title": "Edit main.py",
+        },
+        {"event": "permission_settled", **settled, "decidedBy": "phone"},
+    ]
+
+
 def test_malformed_session_update_is_kept_without_crashing() -> None:
     entries = EventScript().add("session_update", {"sessionId": "s", "update": "garbage"}).entries()
     assert entries[0]["data"] == {"event": "session_update", "sessionId": "s", "update": "garbage"}
