@@ -78,6 +78,7 @@ class PermissionRouter:
         self._pending: dict[str, PendingPermission] = {}  # asked here, or mirrored
         self._watches = SettlementWatches(self.noticed)  # sessions with requests asked here
         self._tasks: set[asyncio.Task[None]] = set()
+        self._looking: set[str] = set()  # requests seen in a feed, being looked up
 
     def bind(self, cp: ControlPlane) -> None:
         self._cp = cp
@@ -218,7 +219,8 @@ class PermissionRouter:
             if not isinstance(request_id, str):
                 continue
             if event.kind == EventKind.PERMISSION_REQUESTED:
-                if request_id not in self._pending:
+                # Each follow of the session tells it: one look-up for all of them.
+                if request_id not in self._pending and request_id not in self._looking:
                     requested[request_id] = payload
                 continue
             requested.pop(request_id, None)
@@ -232,7 +234,11 @@ class PermissionRouter:
         """Put another node's requests to this node's clients, those still pending only (a
         replay of an old log shows requests settled long ago)."""
         assert self._cp is not None
-        records = await asyncio.to_thread(self._cp.permission_requests, list(payloads))
+        self._looking |= payloads.keys()
+        try:
+            records = await asyncio.to_thread(self._cp.permission_requests, list(payloads))
+        finally:
+            self._looking -= payloads.keys()
         for record in records:
             params = request_params(payloads[record.id])
             if record.state == PENDING and params is not None:

@@ -298,7 +298,9 @@ class SessionStream {
     } else if (message.method === "session/request_permission") {
       this.handlers.permission(message);
     } else if (message.method === "$/cancel_request") {
-      this.handlers.withdrawn(params.requestId);
+      // _meta.acpctl: how it was settled ({settled: {state, optionId, decidedBy}}), or why
+      // this page's own answer did not count ({reason: "already_answered"}).
+      this.handlers.withdrawn(params.requestId, (params._meta && params._meta.acpctl) || {});
     }
   }
 
@@ -523,12 +525,18 @@ function sessionView(sessionId, options = {}) {
       if (first) first.focus();
       if (link) link.arrived(request.id, dialog);
     },
-    withdrawn: (requestId) => {
+    withdrawn: (requestId, how) => {
       const dialog = dialogs.get(requestId);
       if (link) link.settled(requestId);
       if (!dialog) return;
       dialogs.delete(requestId);
-      dialog.replaceChildren(el("div", { class: "banner" }, "Answered elsewhere."));
+      const settled = how.settled || {};
+      const text = settled.state === "withdrawn"
+        ? "Withdrawn: the turn was cancelled or the wait timed out."
+        : settled.decidedBy
+          ? `Answered elsewhere: ${settled.optionId ?? "cancelled"} by ${settled.decidedBy}.`
+          : "Answered elsewhere.";
+      dialog.replaceChildren(el("div", { class: "banner" }, text));
       setTimeout(() => dialog.remove(), 4000);
     },
   };
