@@ -54,8 +54,14 @@ def test_a_permission_request_is_told_with_its_deep_link(tmp_path: Path) -> None
             options = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
             cp.open_permission_request("acpctl-permission-1", sid, tool_call, options)
             assert receiver.wait_for(lambda r: len(r.acked) == 1)
-            (event_id,) = _ids(cp, sid, EventKind.PERMISSION_REQUESTED)
-    (got,) = receiver.requests
+            # Its settlement is in the log too, and is no notification: the next one the
+            # hook gets is the next request.
+            assert cp.decide_permission("acpctl-permission-1", "allow", "phone")
+            cp.open_permission_request("acpctl-permission-2", sid, tool_call, options)
+            assert receiver.wait_for(lambda r: len(r.acked) == 2)
+            event_id, _ = _ids(cp, sid, EventKind.PERMISSION_REQUESTED)
+    got, second = receiver.requests
+    assert second.headers["Click"].endswith("?permission=acpctl-permission-2")
     assert got.key == event_id
     assert got.headers["Click"] == f"{CONSOLE}#/s/{sid}?permission=acpctl-permission-1"
     assert "Edit main.py" in got.body.decode()
