@@ -10,15 +10,20 @@ by its cookie. Headers and subprotocols cannot be set by another site's page."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from starlette.responses import JSONResponse
 
 from store.tokens import TokenRecord
 
-if TYPE_CHECKING:
-    from control_plane.remote.hub import Hub
+
+class TokenHolder(Protocol):
+    """What the token check needs of the server (``Hub``): its cached check of a secret."""
+
+    @property
+    def tokens(self) -> Callable[[str], TokenRecord | None]: ...
+
 
 COOKIE = "acpctl_token"
 SUBPROTOCOL_PREFIX = "acpctl.bearer."
@@ -71,7 +76,7 @@ def unauthorized() -> JSONResponse:
     )
 
 
-def token_of(hub: Hub, headers: Any, cookies: Any) -> tuple[TokenRecord, str] | None:
+def token_of(hub: TokenHolder, headers: Any, cookies: Any) -> tuple[TokenRecord, str] | None:
     secret = presented_secret(headers, cookies)
     if secret is None:
         return None
