@@ -6,14 +6,32 @@ SQLite the router's re-read is the path)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from control_plane.api import ControlPlane
 from state_machines.event_kinds import EventKind
 from store import SessionWatch
 
+log = logging.getLogger("acpctl.remote")
+
 Heard = Callable[[str, Sequence[Any]], None]
+
+
+def spawn(tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` in the background on this loop, kept in ``tasks`` while it runs; a
+    failure is logged (a store that refuses now: the router's periodic re-read tries again)."""
+    task = asyncio.get_running_loop().create_task(_logged(work))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def _logged(work: Coroutine[Any, Any, None]) -> None:
+    try:
+        await work
+    except Exception as exc:
+        log.warning("permission requests not looked up: %s", exc)
 
 
 class SettlementWatches:
@@ -51,9 +69,7 @@ class SettlementWatches:
     def _take(self, session_id: str) -> None:
         watch = self._watches.get(session_id)
         if watch is not None:
-            task = asyncio.get_running_loop().create_task(self._take_async(session_id, watch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            spawn(self._tasks, self._take_async(session_id, watch))
 
     async def _take_async(self, session_id: str, watch: SessionWatch) -> None:
         share = await watch.take_async()  # reads the log after another node's commit

@@ -32,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Any
 
 from acp.schema import PermissionOption, ToolCallUpdate
@@ -51,7 +52,7 @@ from control_plane.remote.permission_errors import (
     PermissionAnswerInvalid,
     PermissionNotFound,
 )
-from control_plane.remote.permission_watch import SettlementWatches
+from control_plane.remote.permission_watch import SettlementWatches, spawn
 from control_plane.remote.roles import PermissionClient
 from state_machines import ControlPlaneError, SessionClosed
 from state_machines.event_kinds import EventKind
@@ -66,6 +67,7 @@ CANCEL_REQUEST = "$/cancel_request"
 # on PostgreSQL notifications bring them at once and it only covers a lost one.
 REREAD_S_SQLITE = 1.0
 REREAD_S_POSTGRES = 5.0
+DONE_KEPT = 10_000  # settled request ids remembered (a few hundred kilobytes)
 
 
 class PermissionRouter:
@@ -79,6 +81,9 @@ class PermissionRouter:
         self._watches = SettlementWatches(self.noticed)  # sessions with requests asked here
         self._tasks: set[asyncio.Task[None]] = set()
         self._looking: set[str] = set()  # requests seen in a feed, being looked up
+        # Requests settled here lately: a read that began before the settlement may still
+        # find one pending, and must not put it to clients again.
+        self._done: OrderedDict[str, None] = OrderedDict()
 
     def bind(self, cp: ControlPlane) -> None:
         self._cp = cp
@@ -107,7 +112,7 @@ class PermissionRouter:
             if pending.session_id == session_id and pending.recorded and conn not in pending.asked:
                 self._put(pending, conn)
         if first:
-            self._spawn(self._reread(set(), {session_id}))
+            spawn(self._tasks, self._reread(set(), {session_id}))
 
     def detach(self, conn: PermissionClient) -> None:
         for session_id, conns in list(self._attached.items()):
@@ -116,9 +121,6 @@ class PermissionRouter:
                 del self._attached[session_id]
         for pending in self._pending.values():
             pending.asked.discard(conn)
-
-    def pending_for(self, session_id: str) -> list[str]:
-        return [p.request_id for p in self._pending.values() if p.session_id == session_id]
 
     def _followed(self) -> set[str]:
         return set(self._attached)
@@ -186,6 +188,7 @@ class PermissionRouter:
             return None
         finally:
             del self._pending[pending.request_id]
+            self._forget(pending.request_id)
             self._unwatch_if_idle(session_id)
             if not decided:  # the turn was cancelled (or the server stops): on record
                 pending.outcome = {"state": "withdrawn"}
@@ -228,7 +231,7 @@ class PermissionRouter:
             if pending is not None and pending.recorded and not pending.deciding:
                 self._settle(pending, settled_outcome(payload), None)
         if requested:
-            self._spawn(self._mirror_if_pending(requested))
+            spawn(self._tasks, self._mirror_if_pending(requested))
 
     async def _mirror_if_pending(self, payloads: dict[str, dict[str, Any]]) -> None:
         """Put another node's requests to this node's clients, those still pending only (a
@@ -245,7 +248,8 @@ class PermissionRouter:
                 self._mirror(record, params)
 
     def _mirror(self, record: PermissionRecord, params: dict[str, Any]) -> None:
-        if record.id in self._pending or record.session_id not in self._attached:
+        known = record.id in self._pending or record.id in self._done
+        if known or record.session_id not in self._attached:
             return
         pending = PendingPermission(
             record.id, record.session_id, {"sessionId": record.session_id, **params}, None
@@ -262,7 +266,9 @@ class PermissionRouter:
         cp = self._cp
         known = [i for i in request_ids if i in self._pending and self._pending[i].recorded]
         records = await asyncio.to_thread(cp.permission_requests, known) if known else []
-        waiting = await asyncio.to_thread(cp.pending_permissions, session_ids)
+        waiting = (
+            await asyncio.to_thread(cp.pending_permissions, session_ids) if session_ids else []
+        )
         for record in records:
             pending = self._pending.get(record.id)
             if record.state != PENDING and pending is not None and not pending.deciding:
@@ -360,6 +366,7 @@ class PermissionRouter:
         if pending.outcome is not None:
             return
         pending.outcome, pending.winner = outcome, winner
+        self._forget(pending.request_id)
         if pending.answer is not None:
             if not pending.answer.done():
                 answered = outcome.get("state") == ANSWERED
@@ -367,6 +374,11 @@ class PermissionRouter:
             return
         self._pending.pop(pending.request_id, None)
         self._withdraw(pending)
+
+    def _forget(self, request_id: str) -> None:
+        self._done[request_id] = None
+        while len(self._done) > DONE_KEPT:
+            self._done.popitem(last=False)
 
     def _put(self, pending: PendingPermission, conn: PermissionClient) -> None:
         if conn.may_answer_permissions:
@@ -383,15 +395,3 @@ class PermissionRouter:
             if conn is not pending.winner:
                 conn.send_notification(pending.session_id, CANCEL_REQUEST, params)
         pending.asked.clear()
-
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(self._logged(work))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    @staticmethod
-    async def _logged(work: Coroutine[Any, Any, None]) -> None:
-        try:
-            await work
-        except Exception as exc:  # a store that refuses now: the periodic re-read tries again
-            log.warning("permission requests not looked up: %s", exc)
