@@ -112,7 +112,11 @@ class _Node:
         assert stdin is not None and stdout is not None
         stdin.write("stats\n")
         stdin.flush()
-        counts: dict[str, int] = json.loads(stdout.readline())
+        line: dict[str, Any] = json.loads(stdout.readline())
+        # The listener's deliveries by channel kind (work, unowned, session, own) as
+        # ``heard_<kind>``, beside the flat totals.
+        by_kind: dict[str, int] = line.pop("counts", {})
+        counts: dict[str, int] = {**line, **{f"heard_{k}": v for k, v in by_kind.items()}}
         return counts
 
 
