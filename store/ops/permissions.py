@@ -91,6 +91,21 @@ def withdraw(ctx: WriteContext, request_id: str) -> bool:
     return True
 
 
+def withdraw_for_sessions(ctx: WriteContext, session_ids: set[str]) -> list[str]:
+    """Withdraw every request still pending in these sessions, whose agent is gone with a
+    dead owner (store/ops/recovery.py): nobody is left to hand an answer to, and a request
+    left pending would be put to every node's clients for ever. Each is said in the log as
+    any withdrawal is. The requests withdrawn, oldest first."""
+    if not session_ids:
+        return []
+    pending = ctx.conn.execute(
+        select(table.c.id)
+        .where(table.c.session_id.in_(session_ids), table.c.state == PENDING)
+        .order_by(table.c.created_at)
+    ).scalars()
+    return [request_id for request_id in list(pending) if withdraw(ctx, request_id)]
+
+
 def _settle(ctx: WriteContext, request_id: str, state: str, **values: Any) -> str | None:
     """The compare-and-set: pending -> ``state``; the session's id if this write did it."""
     row = ctx.conn.execute(

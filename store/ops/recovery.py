@@ -19,6 +19,7 @@ from state_machines.event_kinds import EventKind
 from store.ops._shared import transition_command, transition_session
 from store.ops.commands import interrupt_command
 from store.ops.events import insert_events
+from store.ops.permissions import withdraw_for_sessions
 from store.ownership import this_owner
 from store.queries import orphaned_sessions
 from store.queries.nodes import dead_owners
@@ -108,6 +109,9 @@ def recover_sessions(ctx: WriteContext, orphaned: set[str]) -> RecoveryReport:
         )
         to_error.append(session_id)
     if orphaned:
+        # A permission request its agent asked died with it: withdrawn, so that no node
+        # keeps putting it to its clients (control_plane/remote/permissions.py).
+        withdraw_for_sessions(ctx, orphaned)
         conn.execute(update(sessions).where(sessions.c.id.in_(orphaned)).values(owner=None))
     return RecoveryReport(tuple(requeued), tuple(failed), tuple(to_error))
 

@@ -85,3 +85,27 @@ def test_a_withdrawal_is_said_in_the_log_except_in_a_closed_sessions(
         assert cp.withdraw_permission("acpctl-permission-3") is True
         assert cp.permission_request("acpctl-permission-3").state == "withdrawn"  # type: ignore[union-attr]
         assert len(_permission_events(cp, sid)) == seen
+
+
+def test_a_request_of_a_session_whose_owner_died_is_withdrawn_by_its_recovery(
+    tmp_path: Path, db: str
+) -> None:
+    """The agent that asked died with its owner: recovery withdraws what it left pending (in
+    the log too), so no node keeps putting it to its clients; other sessions' stay."""
+    from store import Store, ops
+
+    with ControlPlane.open(db, run_sessions=False) as cp:
+        dead = cp.spawn(noop_agent(), tmp_path).session.id
+        alive = cp.spawn(noop_agent(), tmp_path).session.id
+        cp.open_permission_request("acpctl-permission-d", dead, TOOL_CALL, OPTIONS)
+        cp.open_permission_request("acpctl-permission-a", alive, TOOL_CALL, OPTIONS)
+    with Store.open(db) as store:
+        store.write(lambda ctx: ops.recover_sessions(ctx, {dead}))
+    with ControlPlane.open(db, run_sessions=False) as cp:
+        assert cp.permission_request("acpctl-permission-d").state == "withdrawn"  # type: ignore[union-attr]
+        assert cp.permission_request("acpctl-permission-a").state == "pending"  # type: ignore[union-attr]
+        assert _permission_events(cp, dead)[-1] == (
+            "permission_settled",
+            {"requestId": "acpctl-permission-d", "state": "withdrawn"},
+        )
+        assert [r.id for r, _ in cp.pending_permissions([dead, alive])] == ["acpctl-permission-a"]
