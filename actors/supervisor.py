@@ -32,6 +32,7 @@ import pykka
 
 from actors import telemetry
 from actors.agent_pool import AgentPool
+from actors.discovery import find_work
 from actors.live_agents import LiveAgents
 from actors.node_lease import NodeLease
 from actors.session.actor import SessionActor
@@ -46,7 +47,6 @@ from state_machines import ControlPlaneError
 from store import CommandRecord, RecoveryReport, Store, ops, queries
 from store.listen import SessionNotifications
 from store.location import Backend
-from store.ops import claims
 from store.ops.nodes import NodeSpec
 from store.ownership import this_owner
 from store.writer import WriteContext
@@ -340,31 +340,8 @@ class Supervisor:
             self.slots.request(session_id)
 
     def _discover(self) -> None:
-        """Queue every session with work that no live process owns: on PostgreSQL first
-        claimed up to the free turn slots (``SKIP LOCKED``: nodes discovering together take
-        different sessions; store/ops/claims.py), then the rest as on SQLite (activation
-        takes ownership, a session another node took meanwhile is left to it)."""
-        node = self.node
-        free = self.slots.limit - self.slots.running - self.slots.waiting
-        if self.store.backend is Backend.POSTGRESQL and free > 0:
-            try:
-                claimed = self.store.write(
-                    lambda ctx: claims.claim_sessions(ctx, self.me, node.name, node.labels, free)
-                )
-            except ControlPlaneError as exc:  # discovery below still finds the work
-                log.warning("claiming work failed: %s", exc)
-                claimed = []
-            for session_id in claimed:
-                self.slots.request(session_id)
-        for session_id in self.store.read(
-            lambda c: queries.sessions_with_work(c, self.me, node.name, node.labels)
-        ):
-            ref = self._live(session_id)
-            if ref is None:
-                self.slots.request(session_id)
-            else:
-                with contextlib.suppress(pykka.ActorDeadError):
-                    ref.tell(Wake())  # e.g. a command another process queued for our session
+        """Queue every session with work that no live process owns (actors/discovery.py)."""
+        find_work(self.store, self.me, self.node, self.slots, self._live)
 
     def _sweep(self) -> None:
         name_this_thread()
