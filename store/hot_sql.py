@@ -39,6 +39,29 @@ _CMD_COLS = ", ".join(COMMAND_COLUMNS)
 _IDX = {name: i for i, name in enumerate(COMMAND_COLUMNS)}
 
 
+def row_guard(column: str) -> str:
+    """A guard on a column of a row the statement finds by its key (``WHERE id = ? AND
+    state IN (...)``), spelled so that no index on that column can serve the lookup.
+
+    PostgreSQL's serializable isolation records what a statement read as SIRead locks, and a
+    B-tree index scan locks whole leaf pages. Given ``id = ? AND state = 'running'``, the
+    planner may find the row through the index on ``state`` (``ix_commands_state``,
+    ``ix_sessions_state_updated``) instead of the primary key: with statistics of a store
+    that has history (many finished commands, few running) it does, measured with EXPLAIN
+    and ``pg_locks``. That index's ``running`` (or ``queued``, ``idle``) range holds the
+    entries of every node's sessions on one or two pages, and every other node's claim,
+    finish or enqueue inserts into it: a read-write conflict between transactions on
+    unrelated sessions, and with two of them a serialization failure that reruns a whole
+    group commit. Through the primary key the lock is on the key's own leaf page (spread
+    over the key space). ``state || ''`` is the same value, so the guard decides the same
+    (``state`` is never null); it is only not indexable. SQLite looks the row up by its key
+    either way."""
+    return f"{column} || ''"
+
+
+_STATE = row_guard("state")
+
+
 def _insert(table: str, columns: tuple[str, ...]) -> str:
     marks = ", ".join("?" for _ in columns)
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
@@ -87,10 +110,11 @@ CLAIM_NEXT = (
 # and the session is idle at its live owner's epoch; otherwise no row and nothing changed.
 CLAIM_SUBMITTED = (
     f"UPDATE commands SET state = '{_CLAIMED}', attempts = attempts + 1, started_at = ?, "
-    f"updated_at = ? WHERE id = ? AND state = '{_CLAIMABLE}' AND id = (SELECT c.id FROM "
+    f"updated_at = ? WHERE id = ? AND {_STATE} = '{_CLAIMABLE}' AND id = (SELECT c.id FROM "
     f"commands c WHERE c.session_id = ? AND c.state = '{_CLAIMABLE}' "
     "ORDER BY c.priority DESC, c.seq LIMIT 1) AND EXISTS (SELECT 1 FROM sessions s "
-    f"WHERE s.id = ? AND s.epoch = ? AND s.state = '{_TURN_STARTABLE}') RETURNING {_CMD_COLS}"
+    f"WHERE s.id = ? AND s.epoch = ? AND {row_guard('s.state')} = '{_TURN_STARTABLE}') "
+    f"RETURNING {_CMD_COLS}"
 )
 NEXT_EVENT_SEQ = (
     "UPDATE sessions SET last_event_seq = last_event_seq + ? WHERE id = ? "
@@ -127,10 +151,13 @@ INSERT_CHECKPOINT = _insert("delivery_checkpoints", CHECKPOINT_COLUMNS)
 
 
 def transition_sql(values: tuple[str, ...], allowed: int) -> str:
-    """``UPDATE commands SET state=?, updated_at=?, <values> WHERE id=? AND state IN (...)``."""
+    """``UPDATE commands SET state=?, updated_at=?, <values> WHERE id=? AND state IN (...)``,
+    the guard found through the primary key (``row_guard``)."""
     sets = ", ".join(f"{name} = ?" for name in ("state", "updated_at", *values))
     marks = ", ".join("?" for _ in range(allowed))
-    return f"UPDATE commands SET {sets} WHERE id = ? AND state IN ({marks}) RETURNING {_CMD_COLS}"
+    return (
+        f"UPDATE commands SET {sets} WHERE id = ? AND {_STATE} IN ({marks}) RETURNING {_CMD_COLS}"
+    )
 
 
 _I_ID, _I_SESSION, _I_SEQ, _I_KIND, _I_PAYLOAD, _I_KEY = (

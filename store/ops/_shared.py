@@ -154,7 +154,8 @@ def _transition(
             sets += ", last_event_seq = last_event_seq + 1"
         marks = ", ".join("?" for _ in allowed)
         fence = " AND epoch = ?" if epoch is not None else ""
-        sql = f"UPDATE sessions SET {sets} WHERE id = ? AND state IN ({marks}){fence}"
+        guarded = hot.row_guard("state")  # found by its key, not the state index: see there
+        sql = f"UPDATE sessions SET {sets} WHERE id = ? AND {guarded} IN ({marks}){fence}"
         if returning is not None:
             sql += f" RETURNING {returning}"
         _SESSION_TRANSITION_SQL[key] = sql
