@@ -219,6 +219,15 @@ class SessionWatch:
         if was_idle:
             self._wake_up()
 
+    def stale_before(self, last_seq: int) -> None:
+        """The log ends at ``last_seq`` (read after this watch opened): read it next take if
+        that is past what this watch was offered (SQLite: another process's commit that fell
+        between the watch's position read and its opening, store/sqlite_watch.py)."""
+        with self._lock:
+            known = self._offered
+        if known is not None and last_seq > known:
+            self.stale()
+
     def _mark_behind(self) -> None:
         """(Under the lock.) The next take reads the log after the position."""
         if self._position is None:
@@ -330,3 +339,11 @@ class SessionFeeds:
             watches = list(self._watches.get(session_id, ()))
         for watch in watches:
             watch.stale()
+
+    def catch_up_to(self, session_id: str, last_seq: int) -> None:
+        """``session_id``'s log ends at ``last_seq``: its watchers that were offered less
+        read the log next take (``SessionWatch.stale_before``)."""
+        with self._lock:
+            watches = list(self._watches.get(session_id, ()))
+        for watch in watches:
+            watch.stale_before(last_seq)

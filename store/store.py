@@ -46,6 +46,7 @@ from store.records import (
 )
 from store.retry import retry_on_lock
 from store.search_query import SearchQuery
+from store.sqlite_watch import OtherWriters, poll_interval
 from store.usage import SessionUsage
 from store.watch import StoreWatch
 from store.writer import GroupCommitWriter, WriteContext
@@ -84,6 +85,10 @@ class Store:
             begin_sql, watch_file, notify_sql = WRITE_BEGIN, False, NOTIFY_SQL
         else:
             begin_sql, watch_file, notify_sql = "BEGIN IMMEDIATE", True, None
+        # SQLite: other processes' commits to a watched session (PostgreSQL: store/listen.py).
+        self.other_writers: OtherWriters | None = None
+        if location.backend is Backend.SQLITE and (interval_s := poll_interval()) > 0:
+            self.other_writers = OtherWriters(location.target, self._commits.sessions, interval_s)
         self._writer = GroupCommitWriter(
             write_engine,
             self.path,
@@ -117,6 +122,8 @@ class Store:
         return self._writer.backend_pid
 
     def close(self) -> None:
+        if self.other_writers is not None:
+            self.other_writers.close()
         self._writer.close()
         self._write_engine.dispose()
         self._read_engine.dispose()
@@ -180,10 +187,10 @@ class Store:
         return SessionState(row[0]), bool(row[1])
 
     def _watch_position(self, session_id: str) -> int | None:
-        """Where a new session watch starts: on PostgreSQL, the session's last seq (other
-        nodes' commits arrive later as a gap the watch fills from the log); on SQLite, no
-        position is needed (this process's writer publishes every commit)."""
-        if self.backend is not Backend.POSTGRESQL:
+        """Where a new session watch starts: the session's last seq (other nodes' or
+        processes' commits arrive later as a gap the watch fills from the log); None on
+        SQLite with no poller of other processes (this process's writer publishes all)."""
+        if self.backend is not Backend.POSTGRESQL and self.other_writers is None:
             return None
         row = self.read_raw(lambda raw: raw.execute(hot.SESSION_LAST_SEQ, (session_id,)).fetchone())
         return None if row is None else int(row[0])
