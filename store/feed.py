@@ -223,9 +223,9 @@ class SessionWatch:
         """The log ends at ``last_seq`` (read after this watch opened): read it next take if
         that is past what this watch was offered (SQLite: another process's commit that fell
         between the watch's position read and its opening, store/sqlite_watch.py)."""
-        with self._lock:
-            known = self._offered
-        if known is not None and last_seq > known:
+        with self._lock:  # offered from memory, or taken from the log: known either way
+            known = [s for s in (self._offered, self._position) if s is not None]
+        if known and last_seq > max(known):
             self.stale()
 
     def _mark_behind(self) -> None:
