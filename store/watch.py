@@ -13,8 +13,11 @@ changed" that it would have to read back:
   projectors (they take the events from the commit and read the log only to catch up; a
   spawned session's bindings need no read).
 
-What another process or node commits is not published here (PostgreSQL's own notifications
-bring another node's commits to session watchers): each caller keeps a slow fallback read.
+What another process or node commits is not published here; session watchers get it
+read back from the log: on PostgreSQL once the node's listener hears the session's
+notification (store/listen.py), on SQLite once the poller of ``PRAGMA data_version`` sees
+another connection commit (store/sqlite_watch.py). Command waits and ``appends`` see this
+process's commits only: each caller keeps a slow fallback read.
 """
 
 from __future__ import annotations
@@ -96,9 +99,9 @@ class StoreWatch:
         being empty (keep it as short as ``call_soon_threadsafe``), and ``take()`` on the
         watcher's own thread returns the committed events and records themselves, in commit
         order (store/feed.py). ``keep`` picks the events wanted, ``finished=False`` leaves
-        the finished commands out: what is not wanted never wakes the watcher. On
-        PostgreSQL it also gets what other nodes commit for it, read back once their
-        notification arrives. ``close()`` stops it."""
+        the finished commands out: what is not wanted never wakes the watcher. It also
+        gets what other processes and nodes commit for it, read back from the log (the
+        module docstring). ``close()`` stops it."""
         return self._commits.sessions.watch(
             session_id, wake, self._last_seq(session_id), limit, keep, finished
         )
