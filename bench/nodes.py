@@ -17,6 +17,8 @@ What is measured (all on this machine, side by side in one run, rounds interleav
 (c) *Nodes*: 1, 2 and 3 node processes on one PostgreSQL database, each node with sessions
     of its own: notifications delivered per enqueue and per streaming commit, a prompt's
     enqueue-to-start, commands/s in a burst and the CPU it took (bench/nodes_fleet.py).
+    Each fleet's database starts with ``--history`` finished sessions (default 20,000; 0 for
+    an empty store), as a fleet's store would: see ``history_template``.
 
 The PostgreSQL server is the tests' throwaway one (tests/support/postgres.py), started here
 with ``fsync=on`` from the machine's server binaries. Run from the repository root::
@@ -237,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-node", type=int, default=8, help="sessions pinned to each node")
     parser.add_argument("--waves", type=int, default=6)
     parser.add_argument("--no-fleet", action="store_true", help="parts (a) and (b) only")
+    parser.add_argument(
+        "--history",
+        type=int,
+        default=20000,
+        help="finished sessions each fleet's database holds before part (c) (0: empty)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
@@ -301,10 +309,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_fleet:
             fleets = {}
         log = str(server.tmp / "log") if server.tmp is not None else None
+        template = history_template(server, args.history) if fleets and args.history else None
+        report["fleet_history_sessions"] = args.history if template else 0
         for r in range(args.rounds):
             for count in fleets if r % 2 == 0 else reversed(fleets):
                 progress(f"round {r + 1}/{args.rounds}: (c) {count} node(s)")
-                db = server.create_database()
+                db = server.create_database(template=template)
                 fleets[count].append(
                     run_fleet(db, count, args.per_node, args.waves, work, postmaster, log)
                 )
@@ -319,6 +329,27 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print_report(report, args)
     return 0
+
+
+def history_template(server: Any, sessions: int) -> str:
+    """A database holding ``sessions`` finished sessions (store/synthetic.py: their commands,
+    events and search documents), analyzed, copied for each fleet. A fleet's store has a
+    history: on an empty one every node's rows share the same few index pages, and
+    serializable isolation's page locks turn that into conflicts no real store has
+    (docs/scaling.md, "Serialization failures")."""
+    import random
+
+    from store import Store
+    from store.synthetic import Vocabulary, analyze, seed
+
+    progress(f"(c) a store with {sessions} finished sessions, the fleets' template")
+    name = f"history_{uuid.uuid4().hex[:12]}"
+    url = server.create_database(name)
+    rng = random.Random(7)
+    with Store.open(url) as store:
+        seed(store, sessions, 8, Vocabulary.make(2000, rng), rng)
+        analyze(store)
+    return name
 
 
 if __name__ == "__main__":
