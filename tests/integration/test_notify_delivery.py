@@ -13,6 +13,7 @@ from actors.delivery.hooks import Format
 from control_plane import Budget
 from state_machines.event_kinds import EventKind
 from store import AgentSpec
+from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, noop_agent, open_cp
 from tests.support.notify_hooks import CONSOLE, fast, hook_to
 from tests.support.webhook_receiver import OK, Reply, receiving
@@ -50,6 +51,10 @@ def test_a_permission_request_is_told_with_its_deep_link(tmp_path: Path) -> None
         hook = hook_to(receiver.url, events=("permission_requested",), fmt=Format.NTFY)
         with open_cp(tmp_path, **fast(hook)) as cp:
             sid = cp.spawn(noop_agent(), tmp_path).session.id
+            # A request is asked by the session's running agent, so after its actor took the
+            # session: an actor taking it later recovers it, and withdraws what an earlier
+            # agent left pending (store/ops/recovery.py).
+            eventually(lambda: cp.get(sid).owner is not None, 30, "the session's actor has it")
             tool_call = {"toolCallId": "call-1", "title": "Edit main.py"}
             options = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
             cp.open_permission_request("acpctl-permission-1", sid, tool_call, options)
