@@ -44,18 +44,3 @@ class EventKind(StrEnum):
     # withdrawn): written with the row's compare-and-set, so the asking node and every node
     # that put it to its clients learn of it from the log.
     PERMISSION_SETTLED = "permission_settled"
-
-
-# ``session/update`` kinds an agent sends of its own accord, not in answer to a prompt: the
-# slash commands it offers, its mode, its config options, the session's title. Claude Code
-# sends its ``available_commands_update`` asynchronously after ``session/new``, so it can be
-# recorded after a prompt, under that prompt's command: it says nothing about whether the
-# agent had the prompt (store/ops/interrupted.py ``reached_agent``).
-UNPROMPTED_UPDATES = frozenset(
-    {
-        "available_commands_update",
-        "current_mode_update",
-        "config_option_update",
-        "session_info_update",
-    }
-)

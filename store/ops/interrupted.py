@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from state_machines.event_kinds import UNPROMPTED_UPDATES, EventKind
+from state_machines.event_kinds import EventKind
 from state_machines.interrupted_turns import DEFAULT_CONTINUATION, STORED_POLICIES
 from store.records import CommandRecord
 from store.schema import events
@@ -47,39 +47,21 @@ def session_policy(metadata: dict[str, Any], default: str) -> str:
     return stored if stored in STORED_POLICIES else default
 
 
-# Updates of a command read to find an answer among them: an agent sends at most a few
-# unprompted ones (``UNPROMPTED_UPDATES``) before its first answer.
-_FIRST_UPDATES = 64
-
-
 def reached_agent(ctx: WriteContext, command: CommandRecord) -> bool:
-    """Whether the agent answered anything for ``command`` (an update in the log that is
-    not one it sends unprompted, such as its slash commands, which can be recorded under
-    the command after the prompt): then it had the prompt. None recorded: it may not have
-    (cut off during its start, or before its first update was written), so the prompt
-    itself is sent: sending a prompt twice to a conversation is recoverable; a
-    continuation of a prompt never received is not."""
-    payloads = ctx.conn.execute(
-        select(events.c.payload)
+    """Whether the agent answered anything for ``command`` (an update in the log): then it
+    had the prompt. None recorded: it may not have (cut off during its start, or before
+    its first update was written), so the prompt itself is sent: sending a prompt twice
+    to a conversation is recoverable; a continuation of a prompt never received is not."""
+    found = ctx.conn.execute(
+        select(events.c.id)
         .where(
             events.c.session_id == command.session_id,
             events.c.command_id == command.id,
             events.c.kind == EventKind.SESSION_UPDATE.value,
         )
-        .order_by(events.c.seq)
-        .limit(_FIRST_UPDATES)
-    ).scalars()
-    return any(_update_kind(p) not in UNPROMPTED_UPDATES for p in payloads)
-
-
-def _update_kind(payload: str) -> str | None:
-    """The ``sessionUpdate`` of a stored ``session/update`` frame (None: not readable, which
-    counts as an answer: the agent sent something)."""
-    try:
-        kind = json.loads(payload)["params"]["update"]["sessionUpdate"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return kind if isinstance(kind, str) else None
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def as_continuation(command: CommandRecord, text: str) -> CommandRecord:
