@@ -175,6 +175,8 @@ class ExampleAgent(TurnScript):
         """Like real agents (Claude Code, Codex), send the slash commands right after the
         answer to session/new, load or resume: scheduled now, it is written after the answer
         (the SDK queues the answer before this callback runs)."""
+        if not self.options.slash_commands:
+            return
 
         def send() -> None:
             update = AvailableCommandsUpdate(

@@ -30,6 +30,9 @@ class Options:
     # Advertise mcpCapabilities.http and call HTTP MCP servers (as Claude Code, Codex and
     # Gemini CLI do); --no-http-mcp leaves the agent with stdio MCP servers only.
     http_mcp: bool = True
+    # Send the slash commands after session/new, load and resume, as real agents do (off: a
+    # test that needs no update it did not ask for, which could be recorded under a prompt).
+    slash_commands: bool = True
 
 
 def default_state_file() -> Path:
@@ -56,6 +59,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--chunk-delay-ms", type=int, default=0)
     p.add_argument("--replay-after-answer", action="store_true")
     p.add_argument("--no-http-mcp", action="store_true")
+    p.add_argument("--no-slash-commands", action="store_true")
     a = p.parse_args(argv)
     state = a.state_file or Path(os.environ.get("EXAMPLE_AGENT_STATE") or default_state_file())
     invocations = a.invocations_file or os.environ.get("EXAMPLE_AGENT_INVOCATIONS") or None
@@ -71,4 +75,5 @@ def parse_args(argv: list[str] | None = None) -> Options:
         chunk_delay_ms=a.chunk_delay_ms,
         replay_after_answer=a.replay_after_answer,
         http_mcp=not a.no_http_mcp,
+        slash_commands=not a.no_slash_commands,
     )
