@@ -54,7 +54,7 @@ from state_machines import (
 from state_machines.errors import OwnedElsewhere
 from store import CommandKind, CommandRecord, ops
 from store.ops import turns
-from store.ops.interrupted import KEPT_NOTHING, RestartTerms
+from store.ops.interrupted import KEPT_NOTHING
 from store.ownership import this_owner
 from store.writer import WriteContext
 
@@ -274,25 +274,11 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
         self.conn = started.conn
         fork_of = self.facts.metadata.get("forkOf")
         self.needs_seed = bool(fork_of) and started.how in ("new", "context_lost")
-        settings = self.deps.settings
-        continuation = settings.continuation_prompt
+        continuation = self.deps.settings.continuation_prompt
         if self.workspace is not None:
             continuation += RESTORED_NOTE  # a cut-off turn's files are put back first
-        self.restart = RestartTerms(
-            started.how in ("resumed", "loaded"), settings.interrupted_turns, continuation
-        )
-        self._write(
-            lambda ctx: turns.agent_started(
-                ctx,
-                self.session_id,
-                self.epoch,
-                started.acp_session_id,
-                started.how,
-                started.details,
-                started.process_tree,
-                started.capabilities,
-            )
-        )
+        self.restart = started.restart_terms(self.deps.settings, continuation)
+        self._write(started.record(self.session_id, self.epoch))
         return True
 
     def _on_agent_exit(self, exit_code: int | None) -> None:

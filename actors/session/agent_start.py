@@ -28,7 +28,10 @@ from protocol.agent.proc_tree import cpu_used_between, tree_cpu
 from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
 from store import SessionRecord
+from store.ops import turns
+from store.ops.interrupted import RestartTerms
 from store.ownership import this_owner
+from store.writer import WriteContext
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,25 @@ class StartedAgent:
     details: dict[str, Any]  # the agent_started event's payload
     process_tree: dict[str, Any] | None
     capabilities: tuple[tuple[str, ...], dict[str, Any]]  # (command, initialize answer)
+
+    def record(self, session_id: str, epoch: int) -> Callable[[WriteContext], None]:
+        """The write that puts this start on record (``agent_started``), fenced by ``epoch``."""
+        return lambda ctx: turns.agent_started(
+            ctx,
+            session_id,
+            epoch,
+            self.acp_session_id,
+            self.how,
+            self.details,
+            self.process_tree,
+            self.capabilities,
+        )
+
+    def restart_terms(self, settings: RuntimeSettings, continuation: str) -> RestartTerms:
+        """What a cut-off turn gets from this agent (store/ops/interrupted.py): a restored
+        conversation (resumed or loaded) may be continued, with ``continuation``."""
+        kept = self.how in ("resumed", "loaded")
+        return RestartTerms(kept, settings.interrupted_turns, continuation)
 
 
 def start_agent(
