@@ -48,9 +48,14 @@ def db_path(tmp_path: Path) -> Path:
 def data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``$XDG_DATA_HOME`` of this test and its subprocesses, outside ``tmp_path``: with a
     PostgreSQL store, ``acpctl`` keeps the machine's agent logs under it
-    (``acpctl/agent-logs``), and they must not land in the real home directory."""
+    (``acpctl/agent-logs``), and they must not land in the real home directory.
+    ``$XDG_STATE_HOME`` beside it: the example agent keeps its sessions there when not given
+    ``--state-file``. One file shared by every test of every run grew without end (700 MB on
+    a machine after a day of runs) and made each ``session/load`` and ``session/resume``
+    slower than the last; each test's agents now share a file of their own."""
     path = tmp_path_factory.mktemp("data-home")
     monkeypatch.setenv("XDG_DATA_HOME", str(path))
+    monkeypatch.setenv("XDG_STATE_HOME", str(path / "state"))
     return path
 
 

@@ -37,6 +37,9 @@ ENV_ALLOWLIST = (
     "XDG_CONFIG_HOME",
     "XDG_DATA_HOME",
     "XDG_CACHE_HOME",
+    # The fourth XDG base directory: agents keep their sessions and logs there (Claude Code's
+    # CLI and the example agent do); without it they wrote to the host user's default one.
+    "XDG_STATE_HOME",
 )
 
 

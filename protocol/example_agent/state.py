@@ -218,25 +218,42 @@ class StateFile:
 
     def load_all(self) -> dict[str, SessionRecord]:
         """Read every stored session; a missing or unreadable file reads as empty."""
-        if not self.path.exists():
+        read = self._read()
+        if read is None:
             return {}
-        try:
-            with self._locked(shared=True), open(self.path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                data = fh.read()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            # A corrupt state file must not stop the agent from serving new sessions.
-            log.warning("ignoring unreadable state file %s: %s", self.path, exc)
-            return {}
+        data, st = read
         sessions = self._parse(data)
         self._remember(sessions, st, len(data))
         return sessions
 
     def get(self, session_id: str) -> SessionRecord | None:
-        """Return one stored session, or None."""
-        return self.load_all().get(session_id)
+        """Return one stored session, or None. Only the lines that name it are parsed: the
+        journal of a long-used state file holds every session any process ever had (a
+        shared default file reached hundreds of MB on a test machine, and every
+        ``session/load`` parsed all of it)."""
+        read = self._read()
+        if read is None:
+            return None
+        data, st = read
+        record = self._parse(data, only=session_id).get(session_id)
+        self._remember_one(session_id, record, st, len(data))
+        return record
+
+    def _read(self) -> tuple[bytes, os.stat_result] | None:
+        """The file's bytes and stat, read under the shared lock; None when missing or
+        unreadable."""
+        if not self.path.exists():
+            return None
+        try:
+            with self._locked(shared=True), open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                return fh.read(), st
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            # A corrupt state file must not stop the agent from serving new sessions.
+            log.warning("ignoring unreadable state file %s: %s", self.path, exc)
+            return None
 
     def save(self, record: SessionRecord) -> None:
         """Append one journal line with the session's header and its not-yet-journaled turns."""
@@ -272,9 +289,12 @@ class StateFile:
         # The file now holds at least st_size + our line; other writers are locked out.
         self._seen = (st.st_dev, st.st_ino, st.st_size + len(data))
 
-    def _parse(self, data: bytes) -> dict[str, SessionRecord]:
-        """Rebuild sessions from a journal (or a version-1 file)."""
+    def _parse(self, data: bytes, only: str | None = None) -> dict[str, SessionRecord]:
+        """Rebuild sessions from a journal (or a version-1 file). ``only``: lines that do not
+        contain that session id (JSON-quoted) are skipped unparsed; the result holds that
+        session, and possibly others named in the same lines."""
         replay = _Replay()
+        needle = None if only is None else json.dumps(only).encode("utf-8")
         if _is_legacy(data[:2]):
             try:
                 raw = json.loads(data)
@@ -286,7 +306,7 @@ class StateFile:
                 replay.apply_snapshot(sessions)
             return replay.records()
         for lineno, line in enumerate(data.split(b"\n"), start=1):
-            if not line.strip():
+            if not line.strip() or (needle is not None and needle not in line):
                 continue
             try:
                 entry = json.loads(line)
@@ -306,6 +326,20 @@ class StateFile:
         saves included, so it replaces the bookkeeping rather than merging into it.
         """
         self._journaled = {sid: len(rec.history) for sid, rec in sessions.items()}
+        self._seen = (st.st_dev, st.st_ino, size)
+
+    def _remember_one(
+        self, session_id: str, record: SessionRecord | None, st: os.stat_result, size: int
+    ) -> None:
+        """``_remember`` for one session read with ``get``: what was learnt of the others
+        stands if the file is the same one, not shorter."""
+        seen = self._seen
+        if seen is None or seen[:2] != (st.st_dev, st.st_ino) or size < seen[2]:
+            self._journaled.clear()
+        if record is None:
+            self._journaled.pop(session_id, None)
+        else:
+            self._journaled[session_id] = len(record.history)
         self._seen = (st.st_dev, st.st_ino, size)
 
     def _convert_legacy(self) -> None:

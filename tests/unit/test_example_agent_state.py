@@ -95,6 +95,46 @@ def test_a_restarted_process_sees_everything_and_appends_only_new_turns(tmp_path
     assert third["s2"] == other
 
 
+def test_get_reads_one_session_among_many_and_a_save_after_it_appends_only_new_turns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``get`` parses only the lines that name the session (a long-used shared file holds
+    every session any process ever had): the others' lines are not even parsed, a garbled
+    one among them included; a save after it still appends only the new turns, and a session
+    whose id only appears inside another's text is no match."""
+    path = tmp_path / "state.json"
+    writer = StateFile(path)
+    others = [
+        SessionRecord(session_id=f"other-{i}", cwd="/w", history=[turn(i)]) for i in range(200)
+    ]
+    for other in others:
+        writer.save(other)
+    wanted = SessionRecord(session_id="wanted", cwd="/w/x", history=[turn(0), turn(1)])
+    writer.save(wanted)
+    # A reply that is exactly the id: that line holds the needle too, and is parsed.
+    mentions = SessionRecord(session_id="mentions", cwd="/w", history=[turn(0, "wanted")])
+    writer.save(mentions)
+    with path.open("ab") as fh:
+        fh.write(b'{"v":2,"session_id":"other-garbled", not json\n')
+
+    reader = StateFile(path)  # a new process
+    with caplog.at_level(logging.WARNING):
+        got = reader.get("wanted")
+    assert got == wanted
+    assert "skipping" not in caplog.text  # the garbled line of another session was not parsed
+    assert reader.get("other-7") == others[7]
+    assert reader.get("mentions") == mentions
+    assert reader.get("nope") is None
+
+    got.history.append(turn(2))
+    reader.save(got)
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    assert last["session_id"] == "wanted" and len(last["turns"]) == 1
+    assert "replace_history" not in last
+    assert StateFile(path).get("wanted") == got
+    assert StateFile(path).load_all()["wanted"] == got
+
+
 def test_a_torn_last_line_is_skipped_and_the_next_save_starts_a_fresh_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
