@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from state_machines import ControlPlaneError
 
@@ -54,3 +56,21 @@ def git(
         detail = done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}"
         raise WorkspaceError(f"git {' '.join(args[:2])} in {cwd}: {detail}")
     return done.stdout
+
+
+@contextlib.contextmanager
+def worktree_admin_lock(repo: str) -> Iterator[None]:
+    """Held while this process changes ``repo``'s list of worktrees (add, remove, prune).
+    git does not serialize those: a ``worktree prune`` run while another session's
+    ``worktree add`` is half done removes the new worktree's record under it ("could not
+    write .git/worktrees/<name>/gitdir", seen with three sessions starting at once). An
+    ``flock`` on a file in the repository's common git directory, so control-plane processes
+    sharing a repository wait for each other too."""
+    common = git(["rev-parse", "--git-common-dir"], repo).strip()
+    path = os.path.join(repo, common, "acpctl-worktrees.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -16,7 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from actors.workspace.git import WorkspaceError, git
+from actors.workspace.git import WorkspaceError, git, worktree_admin_lock
 from actors.workspace.spec import WorkspaceSpec
 
 READY_MARKER = "acpctl-ready"
@@ -42,17 +42,18 @@ def _ensure(spec: WorkspaceSpec, log_path: str, setup_timeout_s: float) -> Workt
     admin = _admin_dir(spec)
     if admin is not None and os.path.exists(os.path.join(admin, READY_MARKER)):
         return WorktreeReady(made=False)
-    if admin is not None:
-        # Added, but never set up to the end (its agent never ran there): a creation or a
-        # setup a crash cut short, made again from the start.
-        git(["worktree", "remove", "--force", spec.path], spec.repo)
-    elif os.path.exists(spec.path):
-        if os.listdir(spec.path):
-            raise WorkspaceError(
-                f"{spec.path} exists and is not a worktree of {spec.repo}: move it away"
-            )
-        os.rmdir(spec.path)
-    _add(spec)
+    with worktree_admin_lock(spec.repo):  # not the setup: it may run for minutes
+        if admin is not None:
+            # Added, but never set up to the end (its agent never ran there): a creation or
+            # a setup a crash cut short, made again from the start.
+            git(["worktree", "remove", "--force", spec.path], spec.repo)
+        elif os.path.exists(spec.path):
+            if os.listdir(spec.path):
+                raise WorkspaceError(
+                    f"{spec.path} exists and is not a worktree of {spec.repo}: move it away"
+                )
+            os.rmdir(spec.path)
+        _add(spec)
     exit_code, seconds = _setup(spec, log_path, setup_timeout_s)
     with open(os.path.join(git_dir(spec.path), READY_MARKER), "w") as marker:
         marker.write(f"{time.time():.3f}\n")
@@ -130,6 +131,7 @@ def _setup(spec: WorkspaceSpec, log_path: str, timeout_s: float) -> tuple[int | 
 def remove_worktree(spec: WorkspaceSpec) -> None:
     """The worktree's directory and git's record of it; its branch and checkpoint refs
     stay (the work is in them)."""
-    if os.path.exists(spec.path):
-        git(["worktree", "remove", "--force", spec.path], spec.repo)
-    git(["worktree", "prune"], spec.repo)
+    with worktree_admin_lock(spec.repo):
+        if os.path.exists(spec.path):
+            git(["worktree", "remove", "--force", spec.path], spec.repo)
+        git(["worktree", "prune"], spec.repo)
