@@ -27,7 +27,7 @@ import pykka
 
 from actors import log_context
 from actors.session import messages as msg
-from actors.session.agent_start import call_quietly, start_agent, stop_agent
+from actors.session.agent_start import call_quietly, start_agent, start_failure, stop_agent
 from actors.session.budget_watch import BudgetWatch
 from actors.session.claim_offer import ActorOffer
 from actors.session.claimed_turns import ClaimedTurns
@@ -265,11 +265,7 @@ class SessionActor(ClaimedTurns, Noticing, pykka.ThreadingActor):
                 # command; the next run starts the agent again.
                 log.info("session %s: agent start ended by shutdown: %s", self.session_id, exc)
                 return False
-            error = str(exc) or type(exc).__name__
-            agent_error = getattr(exc, "agent_error", None)
-            self._write(
-                lambda ctx: turns.start_failed(ctx, self.session_id, self.epoch, error, agent_error)
-            )
+            self._write(start_failure(self.session_id, self.epoch, exc))
             return False
         self.conn = started.conn
         fork_of = self.facts.metadata.get("forkOf")

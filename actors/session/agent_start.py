@@ -68,6 +68,17 @@ class StartedAgent:
         return RestartTerms(kept, settings.interrupted_turns, continuation)
 
 
+def start_failure(session_id: str, epoch: int, exc: BaseException) -> Callable[[WriteContext], Any]:
+    """The write that puts a failed start on record: the reason, the agent's own JSON-RPC
+    error if it answered with one, and the end of its stderr if it exited (kept with the
+    failure: the start's clean-up kills the process, and ``agent_exited`` is recorded only for
+    an exit nobody asked for, which a loaded machine can report after that kill)."""
+    error = str(exc) or type(exc).__name__
+    agent_error = getattr(exc, "agent_error", None)
+    tail = getattr(exc, "stderr_tail", None)
+    return lambda ctx: turns.start_failed(ctx, session_id, epoch, error, agent_error, tail)
+
+
 def start_agent(
     session: SessionRecord,
     deps: ActorDeps,

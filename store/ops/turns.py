@@ -291,10 +291,14 @@ def start_failed(
     epoch: int,
     error: str,
     agent_error: dict[str, Any] | None = None,
+    stderr_tail: list[str] | None = None,
 ) -> str | None:
     """The agent could not be started: session to ``error``, and the command that needed
     the agent fails with the reason (it is not retried forever). Returns its id.
-    ``agent_error``: the agent's own JSON-RPC error (e.g. -32000 authentication required)."""
+    ``agent_error``: the agent's own JSON-RPC error (e.g. -32000 authentication required).
+    ``stderr_tail``: the end of the stderr of an agent that exited (redacted), kept with the
+    failure: the start's clean-up kills the process, and an ``agent_exited`` event is only
+    recorded for an exit nobody asked for, which a loaded machine can report too late."""
     fencing.check_epoch(ctx.conn, session_id, epoch)
     state = queries.get_session(ctx.conn, session_id).state
     event = SessionEvent.AGENT_DIED if state is SessionState.IDLE else SessionEvent.START_FAILED
@@ -302,6 +306,8 @@ def start_failed(
     payload: dict[str, Any] = {"error": error}
     if agent_error is not None:
         payload["agentError"] = agent_error
+    if stderr_tail:
+        payload["stderrTail"] = stderr_tail
     events.append_events(ctx, session_id, None, [NewEvent(EventKind.AGENT_START_FAILED, payload)])
     command = commands.claim_next(ctx, session_id)
     if command is None:
