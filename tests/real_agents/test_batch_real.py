@@ -43,8 +43,10 @@ def _results(path: Path) -> list[dict[str, Any]]:
 
 
 # The tool's side effect happens at once; then it waits to be cut off. Sent again, the
-# prompt would append a second line: continued, it must not.
-EFFECT_THEN_WAIT = "RUN echo ran >> side.txt; sleep 60"
+# prompt would append a second line: continued, it must not. It waits only the first time:
+# a rerun that runs it again (an agent that lost the conversation, or Gemini CLI's merged
+# prompt, below) does not sit out another minute.
+EFFECT_THEN_WAIT = "RUN echo ran >> side.txt; test -e slept || (touch slept; sleep 60)"
 
 
 @pytest.mark.timeout(150)
