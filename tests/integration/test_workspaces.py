@@ -18,24 +18,12 @@ from actors.workspace import WorkspaceError
 from control_plane import ControlPlane
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
-    ).stdout
+from tests.support.git_repos import git, make_repo
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q")
-    (path / "a.txt").write_text("hello\n")
-    (path / ".gitignore").write_text("*.log\n")
-    git(path, "add", "-A")
-    git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    return path
+    return make_repo(tmp_path / "repo", {"a.txt": "hello\n", ".gitignore": "*.log\n"})
 
 
 def acpctl(tmp: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -4,25 +4,15 @@ un-ignored them."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from actors.workspace import ensure_worktree, plan_worktree, restore, take_checkpoint
 from actors.workspace.spec import safe_name
-
-
-def git(path: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True)
+from tests.support.git_repos import git, make_repo
 
 
 def test_restore_undoes_a_turn_and_keeps_ignored_files(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.txt").write_text("original\n")
-    (repo / ".gitignore").write_text("*.env\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    repo = make_repo(tmp_path / "repo", {"a.txt": "original\n", ".gitignore": "*.env\n"})
     spec = plan_worktree(str(repo), "restore-test", str(tmp_path / "ws"))
     ensure_worktree(spec, str(tmp_path / "setup.log"), 60)
     wt = Path(spec.path)
@@ -51,12 +41,7 @@ def test_restore_undoes_a_turn_and_keeps_ignored_files(tmp_path: Path) -> None:
 
 
 def test_names_that_clean_to_the_same_text_get_their_own_worktrees(tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.txt").write_text("a\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     root = str(tmp_path / "ws")
     specs = [
         plan_worktree(str(repo), name, root) for name in ("fix bug", "fix-bug", "修复", "测试")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from actors.workspace import ensure_worktree, plan_worktree
 from actors.workspace.worktree import remove_worktree
+from tests.support.git_repos import git, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = 5
@@ -31,21 +32,10 @@ with ThreadPoolExecutor(n) as pool:
 """
 
 
-def git(path: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(path), *args], check=True, capture_output=True, text=True
-    ).stdout
-
-
 def test_worktrees_made_and_removed_at_once_by_threads_and_processes_all_succeed(
     tmp_path: Path,
 ) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "a.txt").write_text("a\n")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
     root = tmp_path / "ws"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     for r in range(ROUNDS):
