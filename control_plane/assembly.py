@@ -33,8 +33,14 @@ def assemble(
     run_sessions: bool,
     subagent_tools: bool,
 ) -> ControlPlane:
-    store = Store.open(path, options)
     settings = settings or RuntimeSettings()
+    options = options or StoreOptions()
+    if run_sessions:
+        # A node's write transaction left idle past its lease is ended by the server: its
+        # row locks would otherwise hold up the nodes taking its sessions over.
+        stalled = min(options.stalled_write_s, settings.lease_s)
+        options = replace(options, stalled_write_s=stalled)
+    store = Store.open(path, options)
     if settings.log_dir == RuntimeSettings().log_dir:
         # Agent stderr logs live next to the store file unless configured otherwise (with
         # PostgreSQL: in this machine's data directory, where a local store would be).

@@ -33,6 +33,7 @@ class EngineSettings:
     # through the tenacity retry in store/retry.py, which backs off with jitter.
     busy_timeout_ms: int = 200
     read_pool_size: int = 8
+    stalled_write_ms: int = 15000  # PostgreSQL only: see StoreOptions.stalled_write_s
 
 
 def _apply_pragmas(dbapi_conn: sqlite3.Connection, settings: EngineSettings, write: bool) -> None:

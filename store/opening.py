@@ -34,6 +34,11 @@ class StoreOptions:
     integrity_check: IntegrityCheck = IntegrityCheck.QUICK
     max_attempts: int = ops.DEFAULT_MAX_ATTEMPTS
     read_pool_size: int = 8
+    # PostgreSQL: the server ends a write transaction its client has left idle this long
+    # (the client stopped, or its network went), so its row locks do not hold up the other
+    # nodes. A node sets it to its lease (control_plane/assembly.py): a writer idle that
+    # long could not have renewed the lease either, so its writes would be refused anyway.
+    stalled_write_s: float = 15.0
 
 
 def open_engines(location: StoreLocation, options: StoreOptions) -> tuple[Engine, Engine]:
@@ -94,6 +99,7 @@ def _postgres_engines(location: StoreLocation, options: StoreOptions) -> tuple[E
         synchronous=options.synchronous,
         busy_timeout_ms=max(options.busy_timeout_ms, 1000),
         read_pool_size=options.read_pool_size,
+        stalled_write_ms=int(options.stalled_write_s * 1000),
     )
     write_engine = pg_engine.make_write_engine(location.target, settings)
     read_engine = pg_engine.make_read_engine(location.target, settings)

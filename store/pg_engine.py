@@ -40,8 +40,11 @@ def _connect_args(settings: EngineSettings, role: str) -> dict[str, Any]:
     # way SQLite's busy_timeout hands over to store/retry.py.
     options = f"-c lock_timeout={int(settings.busy_timeout_ms)}ms"
     # A node that stopped mid-transaction (SIGSTOP, a partition) must not hold row locks
-    # for ever: the server ends its transaction after this long.
-    options += " -c idle_in_transaction_session_timeout=30000"
+    # for ever: the server ends its transaction after this long. The writer's is the
+    # node's lease (a stopped writer's row locks would hold up the takeover of its sessions
+    # past the lease, seen in the fleet test); a reader holds no row locks.
+    idle_ms = settings.stalled_write_ms if role == "write" else 30000
+    options += f" -c idle_in_transaction_session_timeout={idle_ms}"
     return {
         "application_name": f"acpctl-{role}-{os.getpid()}",
         "options": options,
