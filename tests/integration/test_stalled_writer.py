@@ -41,14 +41,17 @@ def test_a_writer_stopped_mid_transaction_holds_its_row_for_no_longer_than_its_l
     node_id = f"stalled-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.stalled_writer", db, node_id, str(STALLED_WRITE_S)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert _line(proc) == "ready"
+        assert _line(proc) == "locked"  # inside its transaction, the row locked
+        proc.send_signal(signal.SIGSTOP)
         deadline = time.monotonic() + 20
         while not _stopped(proc.pid):
-            assert time.monotonic() < deadline, "the writer never stopped itself"
+            assert time.monotonic() < deadline, "the writer did not stop"
             time.sleep(0.02)
         # Another writer (its lock wait retried up to 10 s) wants the same row.
         started = time.monotonic()
@@ -58,6 +61,9 @@ def test_a_writer_stopped_mid_transaction_holds_its_row_for_no_longer_than_its_l
         print(f"the row was free after {waited:.2f} s (stalled_write_s {STALLED_WRITE_S})")
         assert waited < 8.0
         proc.send_signal(signal.SIGCONT)
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
         assert _line(proc).startswith("first refused StoreUnavailable")
         assert _line(proc) == "second ok"
         assert proc.wait(30) == 0
