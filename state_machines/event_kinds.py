@@ -44,3 +44,18 @@ class EventKind(StrEnum):
     # withdrawn): written with the row's compare-and-set, so the asking node and every node
     # that put it to its clients learn of it from the log.
     PERMISSION_SETTLED = "permission_settled"
+
+
+# The ``sessionUpdate`` kinds a conversation is made of: what an agent sends only while it
+# works on a prompt, and what its ``session/load`` replays. The others (slash commands,
+# mode, config, session info) an agent may send at any time, prompted or not.
+CONVERSATION_UPDATES = frozenset(
+    {
+        "user_message_chunk",
+        "agent_message_chunk",
+        "agent_thought_chunk",
+        "tool_call",
+        "tool_call_update",
+        "plan",
+    }
+)

@@ -22,14 +22,15 @@ from actors.session.leftovers import kill_leftovers
 from actors.session.recorder import StoreRecorder
 from actors.settings import RuntimeSettings
 from protocol.agent.connection import AgentConnection
+from protocol.agent.frame_router import REPLAY_SETTLE_MAX_S
 from protocol.agent.permissions import PermissionBroker
 from protocol.agent.prestart import Prestarted
 from protocol.agent.proc_tree import cpu_used_between, tree_cpu
 from protocol.loop import ProtocolLoop
 from state_machines import AgentProtocolError, AgentStartFailed
-from store import SessionRecord
+from store import SessionRecord, queries
 from store.ops import turns
-from store.ops.interrupted import RestartTerms
+from store.ops.interrupted import RestartTerms, session_policy, was_cut_off
 from store.ownership import this_owner
 from store.writer import WriteContext
 
@@ -47,6 +48,8 @@ class StartedAgent:
     details: dict[str, Any]  # the agent_started event's payload
     process_tree: dict[str, Any] | None
     capabilities: tuple[tuple[str, ...], dict[str, Any]]  # (command, initialize answer)
+    # Loaded with a cut-off prompt next in the queue: the last user message its replay held.
+    restored_prompt: str | None = None
 
     def record(self, session_id: str, epoch: int) -> Callable[[WriteContext], None]:
         """The write that puts this start on record (``agent_started``), fenced by ``epoch``."""
@@ -65,7 +68,9 @@ class StartedAgent:
         """What a cut-off turn gets from this agent (store/ops/interrupted.py): a restored
         conversation (resumed or loaded) may be continued, with ``continuation``."""
         kept = self.how in ("resumed", "loaded")
-        return RestartTerms(kept, settings.interrupted_turns, continuation)
+        return RestartTerms(
+            kept, settings.interrupted_turns, continuation, restored_prompt=self.restored_prompt
+        )
 
 
 def start_failure(session_id: str, epoch: int, exc: BaseException) -> Callable[[WriteContext], Any]:
@@ -117,6 +122,7 @@ def start_agent(
     )
     loop = deps.loop
     timeout = settings.agent_start_timeout_s
+    cut_off = False
     try:
         with deps.starts:  # the start timeout counts from here, not from the queue
             whose = f"session {session.id}"
@@ -128,7 +134,10 @@ def start_agent(
             )
             fork_from = session.metadata.get("forkAgentSession")
             if session.acp_session_id:
-                restoring = conn.restore_session(session.acp_session_id, mcp_servers)
+                # A prompt a crash cut off is next, to be continued if the agent had it: load
+                # rather than resume, so that the replay says whether it had it.
+                cut_off = _cut_off_prompt_next(session, deps)
+                restoring = conn.restore_session(session.acp_session_id, mcp_servers, cut_off)
                 opened = call_while_working(loop, restoring, timeout, conn, whose)
             elif fork_from and conn.can_fork():
                 # A fork at the source's last turn, of an agent that forks: it copies its own
@@ -167,7 +176,33 @@ def start_agent(
         details,
         conn.process_tree,
         (session.agent.command, init.model_dump(by_alias=True, exclude_none=True)),
+        _restored_prompt(session.id, opened.how == "loaded" and cut_off, conn, loop),
     )
+
+
+def _cut_off_prompt_next(session: SessionRecord, deps: ActorDeps) -> bool:
+    """The session's next command is a prompt a crash cut off, and its policy continues such
+    prompts (under ``report`` the answer would change nothing)."""
+    policy = session_policy(session.metadata, deps.settings.interrupted_turns)
+    if policy != "continue":
+        return False
+    head = deps.store.read(lambda c: queries.next_queued(c, session.id))
+    return head is not None and was_cut_off(head)
+
+
+def _restored_prompt(
+    session_id: str, wanted: bool, conn: AgentConnection, loop: ProtocolLoop
+) -> str | None:
+    """``wanted`` (loaded, with a cut-off prompt next): the last user message the agent's
+    replay held (store/ops/interrupted.py ``reached_agent``). Waits for a replay that trails
+    the load's answer to go quiet, as the next prompt would anyway."""
+    if not wanted:
+        return None
+    try:
+        return loop.call(conn.restored_prompt(), REPLAY_SETTLE_MAX_S + 10)
+    except Exception as exc:  # without it the log decides
+        log.info("session %s: the load's replay: %s", session_id, exc)
+        return None
 
 
 # A step of a start that runs past ``agent_start_timeout_s`` while the agent's process tree

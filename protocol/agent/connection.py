@@ -157,6 +157,14 @@ class AgentConnection(SessionRequests):
     def _replaying(self, on: bool, loaded: bool = True) -> None:
         self.host.router.replaying(self._recorder, on, loaded)
 
+    async def restored_prompt(self) -> str | None:
+        """The last user message of this session's ``session/load`` replay, once the replay
+        has gone quiet (None: not loaded, or no user message in it)."""
+        router = self.host.router
+        await router.replay_settled(self._recorder)
+        replayed = router.replayed(self._recorder)
+        return None if replayed is None else replayed.last
+
     def _joined(self, host: AgentHost, running: bool) -> None:
         """On ``host`` (``running``: it was running already; else this session starts it)."""
         self.joined_running_process = running

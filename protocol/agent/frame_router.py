@@ -15,7 +15,9 @@ recorder of the session its ``params.sessionId`` names, in wire order.
   updates (messages, thoughts, tool calls, plans) are still taken as replay and dropped; other
   updates (slash commands, mode, config) pass. The first prompt after a load waits until no
   replayed frame came for ``REPLAY_QUIET_S`` (from the answer on), so that a replay still on
-  its way is not taken for the new turn (:meth:`FrameRouter.replay_settled`).
+  its way is not taken for the new turn (:meth:`FrameRouter.replay_settled`). Of what a
+  load replayed, the last user message is kept (:class:`ReplayedPrompts`): whether the restored
+  conversation holds a prompt a crash cut off.
 - Process-level events (the agent exited, broke the protocol) go to every session.
 
 Runs on the protocol loop only.
@@ -30,28 +32,44 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from protocol.agent.types import Pulling, Recorder
+from state_machines.event_kinds import CONVERSATION_UPDATES
 
 log = logging.getLogger(__name__)
 
 Frames = list[tuple[str, dict[str, Any]]]
 MAX_HELD = 1000
-# What an agent's replay of a conversation is made of; outside a turn, right after a load,
-# an agent has nothing else to send of these kinds.
-REPLAYED_KINDS = frozenset(
-    {
-        "user_message_chunk",
-        "agent_message_chunk",
-        "agent_thought_chunk",
-        "tool_call",
-        "tool_call_update",
-        "plan",
-    }
-)
 # The first prompt after a load waits for this long without a replayed frame (counted from
 # the answer), and at most REPLAY_SETTLE_MAX_S in all: a replay is the agent writing what it
 # has on disk, a matter of milliseconds, and a restore has just cost an agent start anyway.
 REPLAY_QUIET_S = 0.25
 REPLAY_SETTLE_MAX_S = 2.0
+
+
+class ReplayedPrompts:
+    """The last user message of a session's ``session/load`` replay (its consecutive
+    ``user_message_chunk`` texts joined) and how many there were: what the restored
+    conversation says the user asked last. A turn a crash cut off is continued only if the
+    agent had its prompt (store/ops/interrupted.py), and an agent may have said nothing
+    before the cut (Codex and Gemini CLI report nothing while a shell tool they may run
+    runs): its replay still shows whether its saved conversation ends with that prompt.
+    Only the last is kept: a long conversation's prompts would stay in memory for nothing."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last: str | None = None
+        self._open = False  # the last replayed frame was part of a user message
+
+    def add(self, frames: Frames) -> None:
+        for _, message in frames:
+            kind = update_kind(message)
+            if kind == "user_message_chunk":
+                text = _chunk_text(message)
+                if self._open and self.last is not None:
+                    self.last += text
+                else:
+                    self.last, self.count, self._open = text, self.count + 1, True
+            elif kind in CONVERSATION_UPDATES:
+                self._open = False
 
 
 @dataclass
@@ -73,6 +91,7 @@ class FrameRouter:
         self._all_pulling = True
         self._replaying: set[int] = set()  # id() of recorders whose load is replaying
         self._trailing: dict[int, _Trailing] = {}  # by id() of the recorder
+        self._replayed: dict[int, ReplayedPrompts] = {}  # by id() of the recorder
         self._held: dict[str, Frames] = {}
         self._warned: set[str] = set()
 
@@ -95,6 +114,7 @@ class FrameRouter:
             del self._by_acp_id[acp_id]
         self._replaying.discard(id(recorder))
         self._trailing.pop(id(recorder), None)
+        self._replayed.pop(id(recorder), None)
 
     def replaying(self, recorder: Recorder, on: bool, loaded: bool = True) -> None:
         """The session's ``session/load`` was sent (``on``) or answered (off). After a
@@ -103,6 +123,7 @@ class FrameRouter:
         new one without waiting."""
         if on:
             self._replaying.add(id(recorder))
+            self._replayed[id(recorder)] = ReplayedPrompts()
             return
         self._replaying.discard(id(recorder))
         if loaded:
@@ -128,25 +149,44 @@ class FrameRouter:
                 trailing.dropped,
             )
 
+    def replayed(self, recorder: Recorder) -> ReplayedPrompts | None:
+        """The last user message the session's last ``session/load`` replayed (None: it was not
+        loaded). Complete once :meth:`replay_settled` has returned."""
+        return self._replayed.get(id(recorder))
+
+    def _dropped(self, recorder: Recorder, frames: Frames) -> None:
+        """``frames`` of a replay, not recorded: only the last user message is kept."""
+        replayed = self._replayed.get(id(recorder))
+        if replayed is not None:
+            replayed.add(frames)
+
     def _after_replay(self, recorder: Recorder, frames: Frames) -> Frames:
         """``frames`` without the replayed ones, for a session whose load was answered."""
-        kept = [f for f in frames if update_kind(f[1]) not in REPLAYED_KINDS]
-        if len(kept) < len(frames):
+        kept: Frames = []
+        replay: Frames = []
+        for frame in frames:
+            (replay if update_kind(frame[1]) in CONVERSATION_UPDATES else kept).append(frame)
+        if replay:
+            self._dropped(recorder, replay)
             trailing = self._trailing[id(recorder)]
             trailing.last = time.monotonic()
-            trailing.dropped += len(frames) - len(kept)
+            trailing.dropped += len(replay)
         return kept
 
     # -- Recorder protocol, for the raw tap ----------------------------------------------
 
     def updates(self, frames: Frames) -> None:
         if not self.shared:
-            if len(self._sessions) == 1 and id(self._sessions[0]) not in self._replaying:
-                only = self._sessions[0]
-                if self._trailing and id(only) in self._trailing:
-                    frames = self._after_replay(only, frames)
-                if frames:
-                    only.updates(frames)
+            if len(self._sessions) != 1:
+                return
+            only = self._sessions[0]
+            if id(only) in self._replaying:
+                self._dropped(only, frames)
+                return
+            if self._trailing and id(only) in self._trailing:
+                frames = self._after_replay(only, frames)
+            if frames:
+                only.updates(frames)
             return
         runs: dict[int, tuple[Recorder, Frames]] = {}
         for frame in frames:
@@ -154,7 +194,9 @@ class FrameRouter:
             recorder = self._by_acp_id.get(acp_id) if acp_id is not None else None
             if recorder is None:
                 self._hold(acp_id, frame)
-            elif id(recorder) not in self._replaying:
+            elif id(recorder) in self._replaying:
+                self._dropped(recorder, [frame])
+            else:
                 runs.setdefault(id(recorder), (recorder, []))[1].append(frame)
         for recorder, run in runs.values():
             if id(recorder) in self._trailing:
@@ -214,3 +256,13 @@ def _session_id_of(frame: dict[str, Any]) -> str | None:
     except (KeyError, TypeError):
         return None
     return value if isinstance(value, str) else None
+
+
+def _chunk_text(frame: dict[str, Any]) -> str:
+    """The text of a message chunk's content block ("" for an image, a resource...)."""
+    try:
+        content = frame["params"]["update"]["content"]
+    except (KeyError, TypeError):
+        return ""
+    text = content.get("text") if isinstance(content, dict) else None
+    return text if isinstance(text, str) else ""

@@ -115,17 +115,20 @@ class SessionRequests:
         return await self._open(AGENT_METHODS["session_fork"], request, "forked")
 
     async def restore_session(
-        self, acp_session_id: str, mcp_servers: Sequence[Any] = ()
+        self, acp_session_id: str, mcp_servers: Sequence[Any] = (), prefer_load: bool = False
     ) -> SessionOpened:
         """Reattach to a session the agent knew: resume if advertised, else load (its replay
         is not recorded again: it is already in the log), else a new session and a
-        ``context_lost`` event carrying the agent's own reason."""
+        ``context_lost`` event carrying the agent's own reason. ``prefer_load``: load if
+        advertised, for its replay (what the restored conversation holds: whether a prompt
+        a crash cut off is in it, store/ops/interrupted.py)."""
         caps = self.capabilities
         extra = list(self.launch.additional_directories) or None
         reason = "the agent supports neither session/resume nor session/load"
         agent_error: dict[str, Any] | None = None
+        resumes = caps.session_capabilities is not None and bool(caps.session_capabilities.resume)
         try:
-            if caps.session_capabilities is not None and caps.session_capabilities.resume:
+            if resumes and not (prefer_load and caps.load_session):
                 response = await self._session_request(
                     AGENT_METHODS["session_resume"],
                     ResumeSessionRequest(

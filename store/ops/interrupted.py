@@ -3,9 +3,9 @@
 Recovery puts the prompt back in the queue (``recovery.py``); at its next claim
 (``turns.begin_next``) what happens depends on the restored agent and the policy:
 
-- the agent lost the conversation (a new session, ``context_lost``), or the prompt never
-  reached it (no update of the agent for that command is in the log): the prompt is sent
-  again, as it was;
+- the agent lost the conversation (a new session, ``context_lost``), or nothing says it had
+  the prompt (``reached_agent``: neither its restored conversation nor the log): the prompt
+  is sent again, as it was;
 - the agent restored the conversation and had the prompt: with ``continue`` (the default)
   a *continuation prompt* is sent in its place, recorded as such (the ``prompt`` event has
   ``continuation: true`` and ``attempt``, under the original command's id); the command's
@@ -23,9 +23,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from state_machines.event_kinds import EventKind
+from state_machines.event_kinds import CONVERSATION_UPDATES, EventKind
 from state_machines.interrupted_turns import DEFAULT_CONTINUATION, STORED_POLICIES
-from store.records import CommandRecord
+from store.records import CommandKind, CommandRecord
 from store.schema import events
 from store.writer import WriteContext
 
@@ -37,6 +37,9 @@ class RestartTerms:
     context_kept: bool = False  # the agent resumed or loaded its session
     policy: str = "continue"  # the process-wide default: "continue" | "report"
     continuation: str = DEFAULT_CONTINUATION
+    # Loaded with a cut-off prompt next: the last user message its replay held (None: not
+    # loaded, nothing cut off, or the replay held no user message).
+    restored_prompt: str | None = None
 
 
 KEPT_NOTHING = RestartTerms()
@@ -47,21 +50,67 @@ def session_policy(metadata: dict[str, Any], default: str) -> str:
     return stored if stored in STORED_POLICIES else default
 
 
-def reached_agent(ctx: WriteContext, command: CommandRecord) -> bool:
-    """Whether the agent answered anything for ``command`` (an update in the log): then it
-    had the prompt. None recorded: it may not have (cut off during its start, or before
-    its first update was written), so the prompt itself is sent: sending a prompt twice
-    to a conversation is recoverable; a continuation of a prompt never received is not."""
-    found = ctx.conn.execute(
-        select(events.c.id)
-        .where(
-            events.c.session_id == command.session_id,
-            events.c.command_id == command.id,
-            events.c.kind == EventKind.SESSION_UPDATE.value,
-        )
-        .limit(1)
-    ).first()
-    return found is not None
+def was_cut_off(command: CommandRecord) -> bool:
+    """Before its claim: a prompt claimed before (each claim counts an attempt), which a
+    crash or Ctrl-C cut short and recovery queued again."""
+    return command.kind is CommandKind.PROMPT and command.attempts >= 1
+
+
+def reached_agent(ctx: WriteContext, command: CommandRecord, restart: RestartTerms) -> bool:
+    """Whether the agent had ``command``'s prompt. Its own word wins: the conversation it
+    restored with ``session/load`` ends with the prompt (or with the continuation sent for
+    it). Else the log: an update of the conversation (a message, a thought, a tool call, a
+    plan) recorded under the command. Updates an agent sends unprompted (slash commands,
+    mode, config) say nothing: one can land under the command just after its prompt event.
+    Neither: it may not have had it (cut off during its start, or before its first update
+    was written; Gemini CLI says nothing while a shell tool it may run runs), so the prompt
+    itself is sent: sending a prompt twice to a conversation is recoverable; a continuation
+    of a prompt never received is not."""
+    restored = restart.restored_prompt
+    if restored is not None:
+        said = _words(restored)
+        for text in (_prompt_text(command), restart.continuation):
+            if _words(text) and _words(text) in said:
+                return True
+    after = 0
+    while True:  # a page at a time: the first conversation update is usually the first row
+        rows = ctx.conn.execute(
+            select(events.c.seq, events.c.payload)
+            .where(
+                events.c.session_id == command.session_id,
+                events.c.command_id == command.id,
+                events.c.kind == EventKind.SESSION_UPDATE.value,
+                events.c.seq > after,
+            )
+            .order_by(events.c.seq)
+            .limit(_PAGE)
+        ).all()
+        if any(_update_kind(payload) in CONVERSATION_UPDATES for _, payload in rows):
+            return True
+        if len(rows) < _PAGE:
+            return False
+        after = rows[-1][0]
+
+
+_PAGE = 50
+
+
+def _update_kind(payload: str) -> str | None:
+    try:
+        kind = json.loads(payload)["params"]["update"]["sessionUpdate"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
+def _prompt_text(command: CommandRecord) -> str:
+    blocks = command.payload.get("content", [])
+    return " ".join(b.get("text", "") for b in blocks if isinstance(b, dict))
+
+
+def _words(text: str) -> str:
+    """Whitespace-insensitive: an agent may re-wrap what it saved."""
+    return " ".join(text.split())
 
 
 def as_continuation(command: CommandRecord, text: str) -> CommandRecord:

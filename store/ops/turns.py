@@ -78,7 +78,7 @@ def _start_claimed(
     while first is not None and restart.context_kept and _was_interrupted(first):
         metadata = queries.get_session(ctx.conn, session_id).metadata
         if session_policy(metadata, restart.policy) == "continue":
-            if reached_agent(ctx, first):
+            if reached_agent(ctx, first, restart):
                 first, continued = as_continuation(first, restart.continuation), True
             break  # else it never reached the agent: sent as it is
         _report_interrupted(ctx, first)

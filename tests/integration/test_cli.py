@@ -518,29 +518,29 @@ def test_ctrl_c_mid_turn_is_an_interruption_and_costs_no_attempt(
 
 
 @pytest.mark.timeout(180)
-def test_a_turn_cut_off_before_the_agent_answered_is_sent_again_not_continued(
-    tmp_path: Path, db: str
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill-9"])
+def test_a_turn_cut_off_before_the_agent_answered_goes_by_what_the_agent_restored(
+    tmp_path: Path, db: str, stop: str
 ) -> None:
-    """Ctrl-C after the agent received the prompt but before it answered anything (a
-    model still thinking, or an agent still starting its tools): nothing of the turn is in
-    the log, so the rerun cannot know the prompt is in the restored conversation, and a
-    continuation of a prompt never received would ask for nothing: the prompt is sent again,
-    and the task ends ok."""
+    """Cut off after the agent received the prompt but before it answered anything (a model
+    still thinking, or an agent still starting its tools): nothing of the conversation is in
+    the log, so the agent's own word decides (its load's replay, asked for instead of a
+    resume). Ctrl-C: the agent is cancelled and, as this one does, saves the cancelled turn:
+    its conversation holds the prompt, and the rerun continues it. kill -9: the agent dies
+    with the control plane before it saves the turn (this one saves a turn when it ends):
+    the prompt is not in its conversation and is sent again; a continuation of a prompt
+    never received would ask for nothing. Either way the task ends ok."""
     import signal
     import time
 
-    # Thinking outlasts the Ctrl-C's shutdown even on a loaded machine (4 s did not, beside
-    # a CPU hog): an answer before the stop would make the rerun continue, not resend.
+    # Thinking outlasts the stop even on a loaded machine (4 s did not, beside a CPU hog):
+    # an answer before the stop would be in the log.
     prompt = "slow start #think=10000 #chunks=2"
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t0", "prompt": prompt}) + "\n")
     received = tmp_path / "invocations.jsonl"
     agent = f"{sys.executable} -m protocol.example_agent --invocations-file {received}"
     agent += f" --state-file {tmp_path / 'agent-state.json'}"
-    # No slash commands: the agent sends them after session/new, and one recorded after the
-    # prompt is stored under its command, which tells a restart the agent had the prompt
-    # (store/ops/interrupted.py reached_agent: it cannot tell; a CI run hit the race).
-    agent += " --no-slash-commands"
     cmd = [sys.executable, "-m", "control_plane.cli", "--db", db, "batch", str(tasks)]
     cmd += ["--agent", agent]
     proc = subprocess.Popen(
@@ -550,19 +550,31 @@ def test_a_turn_cut_off_before_the_agent_answered_is_sent_again_not_continued(
     while not (received.exists() and received.read_text().strip()):  # the agent has it
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT if stop == "ctrl-c" else signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err.decode()[-2000:]
-    updates = "select count(*) from events where kind = 'session_update' and command_id is not null"
-    assert _count(db, updates) == 0
+    assert proc.returncode == (130 if stop == "ctrl-c" else -9), err.decode()[-2000:]
+    # Its slash commands, sent after session/new, may be recorded under the prompt's
+    # command: no sign that it had the prompt (store/ops/interrupted.py reached_agent).
+    updates = (
+        "select count(*) from events where kind = 'session_update' and command_id is not null"
+        " and payload not like '%available_commands_update%'"
+    )
+    assert _count(db, updates) == 0  # nothing of the conversation
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     results = [json.loads(x) for x in (tmp_path / "tasks.results.jsonl").read_text().splitlines()]
     assert [(r["status"], r["attempts"]) for r in results] == [("ok", 2)]
     prompts = [json.loads(line)["message"] for line in received.read_text().splitlines()]
-    assert prompts == [prompt, prompt]
     sent = query(db, "select payload from events where kind = 'prompt' order by seq")
-    assert [bool(json.loads(p[0]).get("continuation")) for p in sent] == [False, False]
+    continued = [bool(json.loads(p[0]).get("continuation")) for p in sent]
+    hows = query(db, "select payload from events where kind = 'agent_started' order by seq")
+    assert [json.loads(h[0])["how"] for h in hows] == ["new", "loaded"]
+    if stop == "ctrl-c":
+        assert prompts == [prompt, DEFAULT_CONTINUATION]
+        assert continued == [False, True]
+    else:
+        assert prompts == [prompt, prompt]
+        assert continued == [False, False]
 
 
 def test_a_db_url_that_is_not_a_sqlite_file_is_refused_and_creates_nothing(

@@ -154,3 +154,33 @@ def test_an_answer_is_told_to_every_attached_recorder_that_waits_for_one(shared:
     router.detach(second)
     router.answer_coming()
     assert (first.told, second.told) == (2, 1)
+
+
+def _text(kind: str, text: str) -> tuple[str, dict[str, Any]]:
+    raw, frame = _frame(kind)
+    frame["params"]["update"]["content"] = {"type": "text", "text": text}
+    return raw, frame
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_the_replay_s_last_user_message_is_kept_before_and_after_the_answer(shared: bool) -> None:
+    """What a load replayed is not recorded, but its last user message is kept (consecutive
+    chunks joined): whether the restored conversation ends with a cut-off prompt."""
+    router = FrameRouter(shared)
+    recorder = ListRecorder()
+    router.attach(recorder)
+    router.bind("s1", recorder)
+    assert router.replayed(recorder) is None  # not loaded
+    router.replaying(recorder, True)
+    router.updates([_text("user_message_chunk", "first "), _text("user_message_chunk", "ask")])
+    router.updates([_text("agent_message_chunk", "done"), _frame("tool_call")])
+    router.replaying(recorder, False)
+    # trailing the answer (Gemini CLI's way), with a live slash-commands update among them
+    router.updates([_text("user_message_chunk", "second ask"), _frame("available_commands_update")])
+    asyncio.run(router.replay_settled(recorder))
+    replayed = router.replayed(recorder)
+    assert replayed is not None
+    assert (replayed.count, replayed.last) == (2, "second ask")
+    assert recorder.kinds == ["available_commands_update"]
+    router.detach(recorder)
+    assert router.replayed(recorder) is None
