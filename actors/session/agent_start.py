@@ -2,10 +2,11 @@
 
 Starting: what is left of its previous process tree killed first, the process spawned (or a
 prestarted one adopted), ``initialize``, then its ACP session created or restored (resume >
-load > new + ``context_lost``), each step within ``agent_start_timeout_s`` (given again,
-up to ``START_PATIENCE`` times, to an agent that keeps using CPU) and under the
-process-wide cap on starts at once. The actor records the outcome. Stopping: the agent ended
-in order (or killed), then what it wrote made durable."""
+load > new + ``context_lost``; load first when a prompt a crash cut off is next), each step
+within ``agent_start_timeout_s`` (given again, up to ``START_PATIENCE`` times, to an agent
+that keeps using CPU) and under the process-wide cap on starts at once. The actor records
+the outcome. Stopping: the agent ended in order (or killed), then what it wrote made
+durable."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The session requests of an agent connection: ``session/new``, restoring a session the
-agent knew (resume > load > new + ``context_lost``), ``authenticate``, mode and config
-changes, ``session/close``. The base of ``AgentConnection`` (``connection.py``), which owns
-the process, the SDK connection and the turn, and provides the hooks declared here."""
+agent knew (resume > load > new + ``context_lost``; load first for a cut-off prompt),
+``authenticate``, mode and config changes, ``session/close``. The base of
+``AgentConnection`` (``connection.py``), which owns the process, the SDK connection and the
+turn, and provides the hooks declared here."""
 
 from __future__ import annotations
 
