@@ -28,7 +28,7 @@ from protocol.agent.permissions import PermissionBroker
 from protocol.agent.prestart import Prestarted
 from protocol.agent.proc_tree import cpu_used_between, tree_cpu
 from protocol.loop import ProtocolLoop
-from state_machines import AgentProtocolError, AgentStartFailed
+from state_machines import AgentProtocolError, AgentStartFailed, StoreError
 from store import SessionRecord, queries
 from store.ops import turns
 from store.ops.interrupted import RestartTerms, session_policy, was_cut_off
@@ -187,7 +187,11 @@ def _cut_off_prompt_next(session: SessionRecord, deps: ActorDeps) -> bool:
     policy = session_policy(session.metadata, deps.settings.interrupted_turns)
     if policy != "continue":
         return False
-    head = deps.store.read(lambda c: queries.next_queued(c, session.id))
+    try:
+        head = deps.store.read(lambda c: queries.next_queued(c, session.id))
+    except StoreError as exc:  # the start goes on as before: resume, and the log decides
+        log.info("session %s: reading its next command: %s", session.id, exc)
+        return False
     return head is not None and was_cut_off(head)
 
 

@@ -57,15 +57,15 @@ def was_cut_off(command: CommandRecord) -> bool:
 
 
 def reached_agent(ctx: WriteContext, command: CommandRecord, restart: RestartTerms) -> bool:
-    """Whether the agent had ``command``'s prompt. Its own word wins: the conversation it
+    """Whether the agent had ``command``'s prompt. Its own word first: the conversation it
     restored with ``session/load`` ends with the prompt (or with the continuation sent for
     it). Else the log: an update of the conversation (a message, a thought, a tool call, a
     plan) recorded under the command. Updates an agent sends unprompted (slash commands,
     mode, config) say nothing: one can land under the command just after its prompt event.
     Neither: it may not have had it (cut off during its start, or before its first update
-    was written; Gemini CLI says nothing while a shell tool it may run runs), so the prompt
-    itself is sent: sending a prompt twice to a conversation is recoverable; a continuation
-    of a prompt never received is not."""
+    was written; Codex and Gemini CLI say nothing while a shell tool they may run runs), so
+    the prompt itself is sent: sending a prompt twice to a conversation is recoverable; a
+    continuation of a prompt never received is not."""
     restored = restart.restored_prompt
     if restored is not None:
         said = _words(restored)
