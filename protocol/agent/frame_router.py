@@ -47,15 +47,14 @@ REPLAY_SETTLE_MAX_S = 2.0
 
 class ReplayedPrompts:
     """The last user message of a session's ``session/load`` replay (its consecutive
-    ``user_message_chunk`` texts joined) and how many there were: what the restored
-    conversation says the user asked last. A turn a crash cut off is continued only if the
-    agent had its prompt (store/ops/interrupted.py), and an agent may have said nothing
-    before the cut (Codex and Gemini CLI report nothing while a shell tool they may run
-    runs): its replay still shows whether its saved conversation ends with that prompt.
-    Only the last is kept: a long conversation's prompts would stay in memory for nothing."""
+    ``user_message_chunk`` texts joined): what the restored conversation says the user
+    asked last. A turn a crash cut off is continued only if the agent had its prompt
+    (store/ops/interrupted.py), and an agent may have said nothing before the cut (Codex and
+    Gemini CLI report nothing while a shell tool they may run runs): its replay still shows
+    whether its saved conversation ends with that prompt. Only the last is kept: a long
+    conversation's prompts would stay in memory for nothing."""
 
     def __init__(self) -> None:
-        self.count = 0
         self.last: str | None = None
         self._open = False  # the last replayed frame was part of a user message
 
@@ -67,7 +66,7 @@ class ReplayedPrompts:
                 if self._open and self.last is not None:
                     self.last += text
                 else:
-                    self.last, self.count, self._open = text, self.count + 1, True
+                    self.last, self._open = text, True
             elif kind in CONVERSATION_UPDATES:
                 self._open = False
 
