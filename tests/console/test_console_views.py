@@ -158,6 +158,9 @@ async def test_the_subagent_tree_shows_each_childs_state_and_follows_changes(
         # Each child is a link to its own view, which links back to its parent.
         await page.click(f"{tree} li[data-session='{kids[1]}'] > .node a")
         await page.wait_for_selector(f"{tree} li[data-session='{grand.session.id}']")
+        # The header shows the session's id until its details arrive, then its name: the
+        # tree can render first (a CI run read the id).
+        await page.wait_for_selector("h1:text-is('implement')")
         assert await page.inner_text("h1") == "implement"
         await page.click("#parent-link")
         await page.wait_for_selector(nested)
