@@ -20,7 +20,7 @@ from actors.workspace import (
     workspace_of,
 )
 from actors.workspace.checkpoint import ref_of
-from actors.workspace.git import git
+from actors.workspace.git import git, worktree_lock
 from state_machines.event_kinds import EventKind
 from store import CommandKind, CommandRecord, NewEvent, queries
 from store.ops.commands import interrupt_command
@@ -61,7 +61,12 @@ class SessionWorkspace:
 
     def prepare(self) -> None:
         """The worktree exists, is set up, and its newest checkpoint is of the last turn
-        that ended (``WorkspaceError`` when it cannot be)."""
+        that ended (``WorkspaceError`` when it cannot be). Under the worktree's lock: a
+        second preparer waits, then finds it ready."""
+        with worktree_lock(self.spec.repo, self.spec.path):
+            self._prepare()
+
+    def _prepare(self) -> None:
         ready = ensure_worktree(self.spec, self.setup_log, self.setup_timeout_s)
         if not ready.made:
             self._catch_up()

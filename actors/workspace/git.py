@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -63,11 +64,32 @@ def worktree_admin_lock(repo: str) -> Iterator[None]:
     """Held while this process changes ``repo``'s list of worktrees (add, remove, prune).
     git does not serialize those: a ``worktree prune`` run while another session's
     ``worktree add`` is half done removes the new worktree's record under it ("could not
-    write .git/worktrees/<name>/gitdir", seen with three sessions starting at once). An
-    ``flock`` on a file in the repository's common git directory, so control-plane processes
-    sharing a repository wait for each other too."""
+    write .git/worktrees/<name>/gitdir", seen with three sessions starting at once)."""
+    with _repo_lock(repo, "acpctl-worktrees.lock"):
+        yield
+
+
+@contextlib.contextmanager
+def worktree_lock(repo: str, path: str) -> Iterator[None]:
+    """Held by whoever makes, sets up or first checkpoints the worktree at ``path``: a
+    fork's caller and the fork's own actor (started by the supervisor's sweep, which may
+    come first) both prepare it, and one must not take the other's half-made worktree for a
+    crash's debris and remove it. One empty file per worktree, under
+    ``<git-common-dir>/acpctl-locks/`` (kept after the worktree goes: removing a lock file
+    others may hold open would let two holders in)."""
+    name = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:16]
+    with _repo_lock(repo, os.path.join("acpctl-locks", f"{name}.lock")):
+        yield
+
+
+@contextlib.contextmanager
+def _repo_lock(repo: str, relative: str) -> Iterator[None]:
+    """An ``flock`` on a file in the repository's common git directory, so control-plane
+    processes sharing a repository wait for each other too (and threads of one process:
+    each call opens the file anew, and ``flock`` locks belong to the open file)."""
     common = git(["rev-parse", "--git-common-dir"], repo).strip()
-    path = os.path.join(repo, common, "acpctl-worktrees.lock")
+    path = os.path.join(repo, common, relative)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -1,0 +1,61 @@
+"""Two preparers of one session's worktree at once: a fork's caller makes the fork's
+worktree while the supervisor's sweep may already have started the fork's actor, which
+prepares it too. The second must wait and find it ready, not take the first one's
+half-set-up worktree for a crash's debris and remove it from under it (a CI run failed so:
+``git add -A`` in the fork's worktree, "cannot change to ...: No such file or directory")."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from actors.session.workspace_steps import SessionWorkspace
+from actors.workspace import plan_worktree
+from state_machines.event_kinds import EventKind
+from store import AgentSpec, Store, queries
+from tests.support.git_repos import make_repo
+
+
+def test_a_second_preparer_waits_for_the_first_and_finds_the_worktree_ready(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path / "repo", {"a.txt": "a\n"})
+    # The setup holds the first preparer in the window between `worktree add` and the
+    # ready marker for a second, long enough for the second to come in every time.
+    spec = plan_worktree(str(repo), "raced", str(tmp_path / "ws"), setup="sleep 1")
+    store = Store.open(str(tmp_path / "cp.db"))
+    try:
+        sid = store.spawn(AgentSpec("a", ("true",)), spec.cwd, None, None, None).session.id
+        errors: list[BaseException] = []
+        started = threading.Event()
+
+        def prepare() -> None:
+            started.set()
+            try:
+                SessionWorkspace(spec, sid, store, str(tmp_path / "logs"), 60).prepare()
+            except BaseException as exc:  # reported by the assertion below
+                errors.append(exc)
+
+        first = threading.Thread(target=prepare)
+        first.start()
+        started.wait(5)
+        setup_log = tmp_path / "logs" / f"{sid}.setup.log"
+        deadline = time.monotonic() + 30
+        while not setup_log.exists():  # then the worktree is added, not yet ready
+            assert time.monotonic() < deadline, "the first preparer never reached its setup"
+            time.sleep(0.01)
+        second = threading.Thread(target=prepare)
+        second.start()
+        first.join(60)
+        second.join(60)
+
+        assert errors == []
+        assert (Path(spec.path) / "a.txt").read_text() == "a\n"
+        kinds = (EventKind.WORKSPACE_READY.value, EventKind.WORKSPACE_RESTORED.value)
+        recorded = store.read(lambda c: queries.events_of_kinds_after(c, sid, kinds, 0))
+        # Made and set up once, never "made again": the second found it ready.
+        assert [e.kind for e in recorded] == [EventKind.WORKSPACE_READY.value]
+        assert setup_log.read_text().count("$ sleep 1") == 1
+    finally:
+        store.close()
