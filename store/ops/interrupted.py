@@ -58,8 +58,8 @@ def was_cut_off(command: CommandRecord) -> bool:
 
 def reached_agent(ctx: WriteContext, command: CommandRecord, restart: RestartTerms) -> bool:
     """Whether the agent had ``command``'s prompt. Its own word first: the conversation it
-    restored with ``session/load`` ends with the prompt (or with the continuation sent for
-    it). Else the log: an update of the conversation (a message, a thought, a tool call, a
+    restored with ``session/load`` ends with what was sent for the command (``_replayed``).
+    Else the log: an update of the conversation (a message, a thought, a tool call, a
     plan) recorded under the command. Updates an agent sends unprompted (slash commands,
     mode, config) say nothing: one can land under the command just after its prompt event.
     Neither: it may not have had it (cut off during its start, or before its first update
@@ -67,11 +67,8 @@ def reached_agent(ctx: WriteContext, command: CommandRecord, restart: RestartTer
     the prompt itself is sent: sending a prompt twice to a conversation is recoverable; a
     continuation of a prompt never received is not."""
     restored = restart.restored_prompt
-    if restored is not None:
-        said = _words(restored)
-        for text in (_prompt_text(command), restart.continuation):
-            if _words(text) and _words(text) in said:
-                return True
+    if restored is not None and _replayed(ctx, command, restart, _words(restored)):
+        return True
     after = 0
     while True:  # a page at a time: the first conversation update is usually the first row
         rows = ctx.conn.execute(
@@ -95,6 +92,44 @@ def reached_agent(ctx: WriteContext, command: CommandRecord, restart: RestartTer
 _PAGE = 50
 
 
+def _replayed(ctx: WriteContext, command: CommandRecord, restart: RestartTerms, said: str) -> bool:
+    """Whether the restored conversation's last user message (``said``) is what was sent
+    for ``command``: its prompt's words (an agent may re-wrap them or add to them, so
+    contained, not equal), or the continuation prompt, if one was sent for this command
+    before. No evidence when that message also holds the prompt sent before the command
+    (the last turn the agent surely had): an earlier prompt with the same words, or words
+    that hold these ("yes" in "yes, do it"), or an earlier command's continuation, would
+    pass for this one. The log decides then."""
+    own_continuation, before = _sent_around(ctx, command)
+    asked = [_prompt_text(command)] + ([restart.continuation] if own_continuation else [])
+    if not any(_words(text) and _words(text) in said for text in asked):
+        return False
+    return not (before and before in said)
+
+
+def _sent_around(ctx: WriteContext, command: CommandRecord) -> tuple[bool, str]:
+    """Whether a continuation was sent for ``command`` (an earlier attempt of it), and the
+    words of the prompt sent before its first attempt ("" if none). Its own prompt events
+    are the newest (it heads the queue again): one per earlier attempt at most."""
+    rows = ctx.conn.execute(
+        select(events.c.command_id, events.c.payload)
+        .where(
+            events.c.session_id == command.session_id,
+            events.c.kind == EventKind.PROMPT.value,
+        )
+        .order_by(events.c.seq.desc())
+        .limit(command.attempts + 1)
+    ).all()
+    continued = False
+    for command_id, payload in rows:
+        sent = json.loads(payload)
+        if command.id in (sent.get("commandIds") or [command_id]):
+            continued = continued or bool(sent.get("continuation"))
+            continue
+        return continued, _words(_content_text(sent.get("content", [])))
+    return continued, ""
+
+
 def _update_kind(payload: str) -> str | None:
     try:
         kind = json.loads(payload)["params"]["update"]["sessionUpdate"]
@@ -104,8 +139,13 @@ def _update_kind(payload: str) -> str | None:
 
 
 def _prompt_text(command: CommandRecord) -> str:
-    blocks = command.payload.get("content", [])
-    return " ".join(b.get("text", "") for b in blocks if isinstance(b, dict))
+    return _content_text(command.payload.get("content", []))
+
+
+def _content_text(blocks: Any) -> str:
+    if not isinstance(blocks, list):
+        return ""
+    return " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
 
 
 def _words(text: str) -> str:
