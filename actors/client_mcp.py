@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from store import SpawnResult
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,19 @@ class ClientMcpServers:
                 self._full[session_id] = plain
             else:
                 self._full.pop(session_id, None)
+
+    def remembering(self, servers: Sequence[Any] | None) -> Callable[[SpawnResult], None] | None:
+        """``remember`` for the session a spawn makes, to run in its transaction (None when
+        there is nothing to remember)."""
+        if not servers:
+            return None
+        return lambda spawned: self.remember(spawned.session.id, servers)
+
+    def known(self, session_id: str) -> list[dict[str, Any]] | None:
+        """The full definitions this process holds for the session (None: none)."""
+        with self._lock:
+            full = self._full.get(session_id)
+        return None if full is None else [dict(s) for s in full]
 
     def forget(self, session_id: str) -> None:
         with self._lock:

@@ -224,9 +224,9 @@ class ControlPlane(HostReads, TranscriptImports):
             queue_mode=QueueMode(queue_mode).value,
             limits=self.settings.subagent_limits,
             placement=placement,
+            # The sweep may start the session's actor as soon as the spawn commits.
+            before_commit=self.settings.client_mcp.remembering(mcp_servers),
         )
-        if mcp_servers:  # before the session's actor can launch its agent
-            self.settings.client_mcp.remember(result.session.id, mcp_servers)
         self._supervisor.notify(result.session.id)
         return result
 
@@ -344,14 +344,19 @@ class ControlPlane(HostReads, TranscriptImports):
         idempotency_key: str | None = None,
         supersede: bool = False,
         metadata: dict[str, Any] | None = None,
+        mcp_servers: list[dict[str, Any]] | None = None,
     ) -> SpawnResult:
         """A new session with this one's conversation up to turn ``at`` (default the last)
         and, in a workspace, a worktree at its checkpoint; ``supersede`` (rewind) closes this
-        one (``docs/workspaces.md``, "Fork and rewind"; ``ForkRefused``)."""
+        one (``docs/workspaces.md``, "Fork and rewind"; ``ForkRefused``). ``mcp_servers``:
+        the fork's client MCP servers, as for ``spawn``; None: the source's."""
         # The fork's agent starts once it is made (a fork is `creating`).
         notify = self._supervisor.notify
         result = forking.fork(
-            self._store, self.settings, session_id, at, idempotency_key, metadata, notify
+            self._store,
+            self.settings,
+            forking.ForkRequest(session_id, at, idempotency_key, metadata, mcp_servers),
+            notify,
         )
         if supersede and self.get(session_id).state is not SessionState.CLOSED:
             turn = result.session.metadata["forkOf"]["turn"]

@@ -9,8 +9,10 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from actors.client_mcp import redacted as redacted_mcp_servers
 from actors.session.workspace_steps import SessionWorkspace
 from actors.settings import RuntimeSettings
 from actors.workspace import WorkspaceError, plan_worktree, workspace_of
@@ -18,6 +20,7 @@ from actors.workspace.checkpoint import ref_of
 from actors.workspace.git import git
 from store import SpawnResult, Store, queries
 from store.ops.fork import ForkRefused, fork_session, turn_end
+from store.writer import WriteContext
 
 
 def plan_workspace(
@@ -43,25 +46,39 @@ def plan_workspace(
     return planned.cwd, {**(metadata or {}), "workspace": planned.to_json()}
 
 
+@dataclass(frozen=True)
+class ForkRequest:
+    session_id: str
+    at: int | None  # the turn; None: the last that ended
+    idempotency_key: str | None
+    metadata: dict[str, Any] | None
+    # The fork's client MCP servers (values included, kept in memory only); None: the
+    # source's (its stored definitions, and the values if this process holds them).
+    mcp_servers: list[dict[str, Any]] | None = None
+
+
 def fork(
-    store: Store,
-    settings: RuntimeSettings,
-    session_id: str,
-    at: int | None,
-    idempotency_key: str | None,
-    metadata: dict[str, Any] | None,
-    notify: Callable[[str], None],
+    store: Store, settings: RuntimeSettings, request: ForkRequest, notify: Callable[[str], None]
 ) -> SpawnResult:
     """The fork's spawn (``store/ops/fork.py``), its worktree made in a workspace, and its
     actor told (``notify``, whatever the worktree did: its start makes it or says why)."""
+    session_id = request.session_id
     source = store.get_session(session_id)
-    turn, up_to = store.read(lambda c: turn_end(c, session_id, at))
+    turn, up_to = store.read(lambda c: turn_end(c, session_id, request.at))
     later = store.read(lambda c: queries.events_of_kinds_after(c, session_id, ("prompt",), up_to))
-    metadata = {**(metadata or {}), "forkOf": {"session": session_id, "turn": turn}}
+    metadata = {**(request.metadata or {}), "forkOf": {"session": session_id, "turn": turn}}
     if not later and source.acp_session_id:
         # No prompt went to the agent after that turn: its own conversation ends there too,
         # and an agent that can fork copies it.
         metadata["forkAgentSession"] = source.acp_session_id
+    servers = request.mcp_servers
+    if servers is None:
+        servers = settings.client_mcp.known(session_id)
+        stored = source.metadata.get("mcpServers")
+    else:
+        stored = redacted_mcp_servers(servers)
+    if stored:
+        metadata["mcpServers"] = stored
     cwd = source.cwd
     workspace = workspace_of(source.metadata)
     if workspace is not None:
@@ -69,15 +86,21 @@ def fork(
         if commit is None:
             raise ForkRefused(f"turn {turn} of session {session_id} has no checkpoint")
         origin = os.path.join(workspace.repo, workspace.subdir)
-        name = f"fork-{short_name(idempotency_key)}"
+        name = f"fork-{short_name(request.idempotency_key)}"
         cwd, metadata = plan_workspace(
             settings, "worktree", origin, None, commit, name, workspace.setup, metadata
         )
-    result = store.write(
-        lambda ctx: fork_session(
-            ctx, session_id, turn, up_to, source.agent, cwd, metadata, idempotency_key
+    remember = settings.client_mcp.remembering(servers)
+
+    def made(ctx: WriteContext) -> SpawnResult:
+        result = fork_session(
+            ctx, session_id, turn, up_to, source.agent, cwd, metadata, request.idempotency_key
         )
-    )
+        if remember is not None:  # before the commit: the sweep may start the fork at once
+            remember(result)
+        return result
+
+    result = store.write(made)
     planned = workspace_of(result.session.metadata)
     try:
         if planned is not None and result.created:

@@ -235,9 +235,14 @@ class Store:
         queue_mode: str = "followup",
         limits: SubagentLimits | None = None,
         placement: Placement | None = None,
+        before_commit: Callable[[SpawnResult], None] | None = None,
     ) -> SpawnResult:
-        return self.write(
-            lambda ctx: ops.spawn(
+        """``before_commit`` runs in the spawn's transaction, before anyone can see the
+        session: what its actor needs at its start (which the supervisor's sweep may begin
+        as soon as the commit is visible) is in place first."""
+
+        def spawn(ctx: WriteContext) -> SpawnResult:
+            result = ops.spawn(
                 ctx,
                 agent,
                 cwd,
@@ -251,7 +256,11 @@ class Store:
                 limits=limits,
                 placement=placement,
             )
-        )
+            if before_commit is not None:
+                before_commit(result)
+            return result
+
+        return self.write(spawn)
 
     def bind(self, session_id: str, spec: BindingSpec) -> BindingRecord:
         return self.write(lambda ctx: ops.bind(ctx, session_id, spec))

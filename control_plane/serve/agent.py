@@ -253,12 +253,12 @@ class ServeAgent:
                         "interruptedTurns": "report",
                         **self.session_metadata,
                     },
+                    mcp_servers=plain_list(mcp_servers),
                 )
             )
         except ControlPlaneError as exc:
             raise to_request_error(exc) from None
         new_id = forked.session.id
-        self._remember_mcp(new_id, mcp_servers)
         self.watches.attach(new_id, hold=True)
         try:
             setup = await self._agent_setup(new_id, fresh=forked.created)

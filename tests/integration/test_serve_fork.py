@@ -12,7 +12,9 @@ from typing import Any, cast
 import pytest
 from acp import PROTOCOL_VERSION, spawn_agent_process, text_block
 from acp import Client as AcpClient
-from acp.schema import ClientCapabilities
+from acp.schema import ClientCapabilities, EnvVariable, McpServerStdio
+
+from tests.support.store_contents import stored_bytes
 
 
 class Client:
@@ -78,3 +80,53 @@ def test_session_fork_through_serve(tmp_path: Path, db: str, agent_forks: bool) 
                 assert "pears" not in client.text(sid)  # the source never saw the fork's
 
     asyncio.run(asyncio.wait_for(run(), 100))
+
+
+@pytest.mark.timeout(120)
+def test_the_mcp_servers_given_to_session_fork_reach_the_forks_agent_at_its_start(
+    tmp_path: Path, db: str
+) -> None:
+    """The fork's agent starts as soon as the fork is made (its actor is told, and the
+    supervisor's sweep may find it even sooner): the editor's servers, secrets included,
+    are known before then, so its first launch has them; the store keeps their names only."""
+    agent = f"{sys.executable} -m protocol.example_agent --state-file {tmp_path / 'state.json'}"
+    argv = ["-m", "control_plane.cli", "--db", db, "serve", "--agent", agent]
+    (tmp_path / "none.toml").write_text("")
+    env = {
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "ACPCTL_CONFIG": str(tmp_path / "none.toml"),
+        "HOME": str(tmp_path),
+    }
+    secret = "fork-tool-SECRET-5d1e"
+    tools = McpServerStdio(
+        name="fork-tools",
+        command=sys.executable,
+        args=["-c", "pass"],
+        env=[EnvVariable(name="FORK_TOOL_TOKEN", value=secret)],
+    )
+    client = Client()
+
+    async def run() -> None:
+        with (tmp_path / "serve.log").open("ab") as log:
+            async with spawn_agent_process(
+                cast(AcpClient, client),
+                sys.executable,
+                *argv,
+                env=env,
+                cwd=str(tmp_path),
+                transport_kwargs={"stderr": log.fileno(), "shutdown_timeout": 5},
+            ) as (conn, _proc):
+                await conn.initialize(
+                    protocol_version=PROTOCOL_VERSION, client_capabilities=ClientCapabilities()
+                )
+                sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                await conn.prompt(session_id=sid, prompt=[text_block("remember apples")])
+                forked = await conn.fork_session(
+                    session_id=sid, cwd=str(tmp_path), mcp_servers=[tools]
+                )
+                await conn.prompt(session_id=forked.session_id, prompt=[text_block("#mcp-servers")])
+                assert "fork-tools" in client.text(forked.session_id)
+
+    asyncio.run(asyncio.wait_for(run(), 100))
+    stored = stored_bytes(db)
+    assert b"FORK_TOOL_TOKEN" in stored and secret.encode() not in stored
