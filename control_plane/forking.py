@@ -96,7 +96,9 @@ def fork(
         result = fork_session(
             ctx, session_id, turn, up_to, source.agent, cwd, metadata, request.idempotency_key
         )
-        if remember is not None:  # before the commit: the sweep may start the fork at once
+        # Before the commit: the sweep may start the fork at once. A repeat (same key) of
+        # an inheriting fork leaves what the fork's own clients gave it since.
+        if remember is not None and (result.created or request.mcp_servers is not None):
             remember(result)
         return result
 

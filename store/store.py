@@ -239,7 +239,10 @@ class Store:
     ) -> SpawnResult:
         """``before_commit`` runs in the spawn's transaction, before anyone can see the
         session: what its actor needs at its start (which the supervisor's sweep may begin
-        as soon as the commit is visible) is in place first."""
+        as soon as the commit is visible) is in place first. It may run more than once (a
+        transaction retried on a lock, or run again with savepoints after another write of
+        its group failed), each time for a new session id: it must be idempotent and cheap,
+        and what it leaves for an id that never commits must be harmless."""
 
         def spawn(ctx: WriteContext) -> SpawnResult:
             result = ops.spawn(

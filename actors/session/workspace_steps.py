@@ -68,14 +68,17 @@ class SessionWorkspace:
 
     def _prepare(self) -> None:
         ready = ensure_worktree(self.spec, self.setup_log, self.setup_timeout_s)
-        if not ready.made:
+        newest_seq, newest = self._newest()
+        if newest_seq >= 0 and not ready.made:
             self._catch_up()
             return
-        newest = self.last_commit()
-        if newest != self.spec.base:
+        if newest_seq >= 0:
             # Made again (someone removed it): its files come back from its last checkpoint.
             self._restore(None, newest, "the worktree was made again")
             return
+        # Made now, or ready with no checkpoint: a crash fell between the ready marker and
+        # checkpoint 0, and no turn ran there (a turn starts only after this), so the
+        # worktree as its setup left it is the baseline still.
         baseline = take_checkpoint(self.spec, self.session_id, 0)
         payload: dict[str, Any] = {
             "path": self.spec.path,

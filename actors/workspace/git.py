@@ -89,8 +89,11 @@ def _repo_lock(repo: str, relative: str) -> Iterator[None]:
     each call opens the file anew, and ``flock`` locks belong to the open file)."""
     common = git(["rev-parse", "--git-common-dir"], repo).strip()
     path = os.path.join(repo, common, relative)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only or full repository: the workspace's error, typed
+        raise WorkspaceError(f"cannot lock {path}: {exc}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -110,24 +110,26 @@ def _replayed(ctx: WriteContext, command: CommandRecord, restart: RestartTerms, 
 def _sent_around(ctx: WriteContext, command: CommandRecord) -> tuple[bool, str]:
     """Whether a continuation was sent for ``command`` (an earlier attempt of it), and the
     words of the prompt sent before its first attempt ("" if none). Its own prompt events
-    are the newest (it heads the queue again): one per earlier attempt at most."""
-    rows = ctx.conn.execute(
-        select(events.c.command_id, events.c.payload)
-        .where(
+    are the newest (it heads the queue again): one per earlier claim, and a claim given back
+    (``unclaim``) leaves its event too, so they are read a page at a time until another's."""
+    continued = False
+    before = None
+    while True:
+        query = select(events.c.seq, events.c.command_id, events.c.payload).where(
             events.c.session_id == command.session_id,
             events.c.kind == EventKind.PROMPT.value,
         )
-        .order_by(events.c.seq.desc())
-        .limit(command.attempts + 1)
-    ).all()
-    continued = False
-    for command_id, payload in rows:
-        sent = json.loads(payload)
-        if command.id in (sent.get("commandIds") or [command_id]):
+        if before is not None:
+            query = query.where(events.c.seq < before)
+        rows = ctx.conn.execute(query.order_by(events.c.seq.desc()).limit(_PAGE)).all()
+        for seq, command_id, payload in rows:
+            sent = json.loads(payload)
+            if command.id not in (sent.get("commandIds") or [command_id]):
+                return continued, _words(_content_text(sent.get("content", [])))
             continued = continued or bool(sent.get("continuation"))
-            continue
-        return continued, _words(_content_text(sent.get("content", [])))
-    return continued, ""
+            before = seq
+        if len(rows) < _PAGE:
+            return continued, ""
 
 
 def _update_kind(payload: str) -> str | None:

@@ -198,3 +198,29 @@ def test_the_continuation_counts_when_it_was_sent_for_this_prompt(
     }
     # The same replay, with no continuation ever sent for this prompt, is no evidence.
     assert _restarted_claim(store, tmp_path / "other", [], "go on") is False
+
+
+def test_claims_given_back_unsent_do_not_hide_the_prompt_before(
+    store: Store, tmp_path: Path
+) -> None:
+    """Each claim writes its prompt event; a claim given back unsent (``unclaim``) leaves it
+    there, so the prompt's own events outnumber its attempts. The prompt before is still
+    found: a replay ending with the same words as that earlier prompt is no evidence."""
+    binding = BindingSpec(SinkKind.JSONL, str(tmp_path / "sink.jsonl"))
+    sid = store.spawn(AGENT, "/work", binding, None, None).session.id
+    epoch = store.write(lambda ctx: ops.acquire(ctx, sid, "owner"))
+    store.write(lambda ctx: turns.agent_started(ctx, sid, epoch, "a", "new", {}))
+    epoch = _earlier_turn(store, sid, epoch, PROMPT_TEXT, None)
+    cmd = store.enqueue(sid, CommandKind.PROMPT, {"content": PROMPT}).command
+    for _ in range(3):
+        _claim_and_give_back(store, sid, epoch)
+    store.write(lambda ctx: turns.begin_next(ctx, sid, epoch, collect=False))
+    own = [e for e in store.events(sid) if e.kind == "prompt" and e.command_id == cmd.id]
+    assert len(own) == 4 and store.get_command(cmd.id).attempts == 1
+    epoch, again = _cut_and_claim(store, sid, epoch, PROMPT_TEXT)
+    assert again.id == cmd.id and _sent(store, sid)["content"] == PROMPT  # sent, not continued
+
+
+def _claim_and_give_back(store: Store, sid: str, epoch: int) -> None:
+    claimed = store.write(lambda ctx: turns.begin_next(ctx, sid, epoch, collect=False))
+    store.write(lambda ctx: turns.unclaim(ctx, sid, epoch, claimed, "no agent"))
