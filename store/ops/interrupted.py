@@ -94,17 +94,17 @@ _PAGE = 50
 
 def _replayed(ctx: WriteContext, command: CommandRecord, restart: RestartTerms, said: str) -> bool:
     """Whether the restored conversation's last user message (``said``) is what was sent
-    for ``command``: its prompt's words (an agent may re-wrap them or add to them, so
-    contained, not equal), or the continuation prompt, if one was sent for this command
-    before. No evidence when that message also holds the prompt sent before the command
-    (the last turn the agent surely had): an earlier prompt with the same words, or words
-    that hold these ("yes" in "yes, do it"), or an earlier command's continuation, would
-    pass for this one. The log decides then."""
+    for ``command``: its prompt's words, as whole words (an agent may re-wrap them or add
+    to them, so contained, not equal), or the continuation prompt, if one was sent for this
+    command before. No evidence when that message also holds the prompt sent before the
+    command (the last turn the agent surely had): an earlier prompt with the same words, or
+    words that hold these ("go on" in "go on please"), or an earlier command's
+    continuation, would pass for this one. The log decides then."""
     own_continuation, before = _sent_around(ctx, command)
     asked = [_prompt_text(command)] + ([restart.continuation] if own_continuation else [])
-    if not any(_words(text) and _words(text) in said for text in asked):
+    if not any(_holds(said, _words(text)) for text in asked):
         return False
-    return not (before and before in said)
+    return not _holds(said, before)
 
 
 def _sent_around(ctx: WriteContext, command: CommandRecord) -> tuple[bool, str]:
@@ -153,6 +153,11 @@ def _content_text(blocks: Any) -> str:
 def _words(text: str) -> str:
     """Whitespace-insensitive: an agent may re-wrap what it saved."""
     return " ".join(text.split())
+
+
+def _holds(said: str, words: str) -> bool:
+    """``words`` (normalized) in ``said`` as whole words: "yes" is not in "yesterday"."""
+    return bool(words) and f" {words} " in f" {said} "
 
 
 def as_continuation(command: CommandRecord, text: str) -> CommandRecord:

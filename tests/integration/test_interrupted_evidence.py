@@ -132,6 +132,11 @@ CASES = {
         True,
     ),
     "nothing recorded, the replay ends with an earlier prompt": ([], "an earlier ask", False),
+    "nothing recorded, the replay holds the prompt's letters, not its words": (
+        [],
+        f"re{PROMPT_TEXT}selves",
+        False,
+    ),
 }
 
 # What a replay says when turns came before: the last of them is a turn the agent surely had,
