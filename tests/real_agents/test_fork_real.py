@@ -1,6 +1,7 @@
 """``session/fork`` through ``acpctl serve`` in front of the real agents (Claude Code, Codex,
 Gemini CLI): the MCP servers the fork's request names are started for the fork's agent,
-under serve, and the fork answers its first prompt."""
+under serve (when the agent could not fork its own session, after the fork's first prompt,
+which it answers)."""
 
 from __future__ import annotations
 
