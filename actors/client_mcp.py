@@ -75,10 +75,9 @@ class ClientMcpServers:
     def for_launch(self, session_id: str, stored: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """What to hand the agent: the client's own definitions if this process has them,
         else the stored ones that need no secret."""
-        with self._lock:
-            full = self._full.get(session_id)
+        full = self.known(session_id)
         if full is not None:
-            return [dict(s) for s in full]
+            return full
         usable = [dict(s) for s in stored if not _has_secrets(s)]
         skipped = [str(s.get("name")) for s in stored if _has_secrets(s)]
         if skipped:

@@ -70,7 +70,7 @@ class SessionWorkspace:
         ready = ensure_worktree(self.spec, self.setup_log, self.setup_timeout_s)
         newest_seq, newest = self._newest()
         if newest_seq >= 0 and not ready.made:
-            self._catch_up()
+            self._catch_up(newest_seq)
             return
         if newest_seq >= 0:
             # Made again (someone removed it): its files come back from its last checkpoint.
@@ -97,16 +97,17 @@ class SessionWorkspace:
             }
         self._record(None, EventKind.WORKSPACE_READY, payload)
 
-    def _catch_up(self) -> None:
-        """A turn ended but the process died before its checkpoint: taken now (nothing ran
-        in the worktree since: the next turn starts only after a checkpoint), so a later
-        restore does not go back past that turn's edits."""
+    def _catch_up(self, newest_seq: int) -> None:
+        """A turn ended but the process died before its checkpoint (the newest is
+        ``newest_seq``): taken now (nothing ran in the worktree since: the next turn starts
+        only after a checkpoint), so a later restore does not go back past that turn's
+        edits."""
         kinds = (EventKind.TURN_ENDED.value, EventKind.TURN_FAILED.value)
         ended = self.store.read(lambda c: queries.last_event_of_kinds(c, self.session_id, kinds))
         if ended is None or ended.command_id is None:
             return
         seq = self.store.get_command(ended.command_id).seq
-        if self._newest()[0] < seq:
+        if newest_seq < seq:
             self.checkpoint(ended.command_id, seq)
 
     def checkpoint(self, command_id: str, seq: int) -> None:

@@ -113,21 +113,21 @@ def _sent_around(ctx: WriteContext, command: CommandRecord) -> tuple[bool, str]:
     are the newest (it heads the queue again): one per earlier claim, and a claim given back
     (``unclaim``) leaves its event too, so they are read a page at a time until another's."""
     continued = False
-    before = None
+    below = None  # the page's cursor: seqs under it
     while True:
         query = select(events.c.seq, events.c.command_id, events.c.payload).where(
             events.c.session_id == command.session_id,
             events.c.kind == EventKind.PROMPT.value,
         )
-        if before is not None:
-            query = query.where(events.c.seq < before)
+        if below is not None:
+            query = query.where(events.c.seq < below)
         rows = ctx.conn.execute(query.order_by(events.c.seq.desc()).limit(_PAGE)).all()
         for seq, command_id, payload in rows:
             sent = json.loads(payload)
             if command.id not in (sent.get("commandIds") or [command_id]):
                 return continued, _words(_content_text(sent.get("content", [])))
             continued = continued or bool(sent.get("continuation"))
-            before = seq
+            below = seq
         if len(rows) < _PAGE:
             return continued, ""
 
