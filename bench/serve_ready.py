@@ -22,15 +22,17 @@ from bench.serve_sides import START_TIMEOUT_S, start_side
 FLOOR = "serve imports"
 FLOOR_WITH_TOOLS = "serve + MCP server imports"
 WITH_MCP = "direct + MCP"
-FLOOR_ARGV = [sys.executable, "-c", "import control_plane.serve.run"]
+# As ``acpctl``'s ``main`` does: the SDK's models read their docstrings once per file.
+_READER = "from protocol.attribute_docstrings import install_on_import; install_on_import(); "
+FLOOR_ARGV = [sys.executable, "-c", _READER + "import control_plane.serve.run"]
 # What serve must have loaded before an agent that waits for its MCP servers at session/new
 # (Claude Code) is answered: serve itself and the subagent tools' HTTP endpoint, in one
 # process (one GIL: the imports of one cannot run beside the other's).
 FLOOR_WITH_TOOLS_ARGV = [
     sys.executable,
     "-c",
-    "import control_plane.serve.run, mcp.server.lowlevel, mcp.server.streamable_http_manager, "
-    "uvicorn",
+    _READER + "import control_plane.serve.run, mcp.server.lowlevel, "
+    "mcp.server.streamable_http_manager, uvicorn",
 ]
 
 

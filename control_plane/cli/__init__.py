@@ -283,6 +283,12 @@ def example_agent(
 
 
 def main() -> None:
+    # The commands that speak ACP import the SDK inside them; its schema models then read
+    # their fields' docstrings once per file, not once per class, and a command that never
+    # loads pydantic pays nothing (protocol/attribute_docstrings.py).
+    from protocol.attribute_docstrings import install_on_import
+
+    install_on_import()
     app()
 
 
