@@ -11,8 +11,11 @@ URL, the test's ``db``), spawns one session running the example agent with PROMP
     command <the first prompt's command id>
     agent <the agent's pid>
     running
+    answering
 
-then keeps running (serving the session) until it is killed.
+(``answering``: the first chunk of the agent's answer is stored, so the agent had the prompt:
+a test that kills A from then on cuts the turn off mid-answer, never before the prompt
+reached the agent), then keeps running (serving the session) until it is killed.
 """
 
 from __future__ import annotations
@@ -22,11 +25,24 @@ import time
 from pathlib import Path
 
 from control_plane import CommandState
+from store import EventRecord
 from store.ownership import this_owner
 from tests.conftest import eventually
 from tests.support.cp_harness import example_agent, open_cp
 
 DEFAULT_PROMPT = "#chunks=40 #delay=100 a"
+
+
+def _answer_chunks(events: list[EventRecord], command_id: str) -> list[EventRecord]:
+    # A chunk of the answer, not any update: an agent may send its slash commands unasked.
+    return [
+        e
+        for e in events
+        if e.kind == "session_update"
+        and e.command_id == command_id
+        and e.payload.get("params", {}).get("update", {}).get("sessionUpdate")
+        == "agent_message_chunk"
+    ]
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +60,8 @@ def main(argv: list[str]) -> int:
         print(f"agent {started[0].payload['pid']}", flush=True)
         eventually(lambda: cp.command(command_id).state is CommandState.RUNNING, 60)
         print("running", flush=True)
+        eventually(lambda: _answer_chunks(cp.events(sid), command_id), 60)
+        print("answering", flush=True)
         time.sleep(3600)  # serve the session until the test kills us
     return 0
 
