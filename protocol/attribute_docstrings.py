@@ -8,8 +8,8 @@ walking the stack and calling ``inspect.getmodule`` on every frame (a scan of
 of starting the example agent, and of every ``acpctl`` command that speaks ACP
 (docs/benchmarks.md, "Agent start").
 
-:func:`install` puts a function in its place that parses each source file once, keeps the
-tree, and answers from it: the same frame (the innermost one running code of the class's
+:func:`install` puts a function in its place that parses each source file once, keeps each
+class statement's answer, and answers from those: the same frame (the innermost one running code of the class's
 file), the same class statement (the one that starts on that frame's line), pydantic's own
 visitor over the same body, so the same descriptions (``tests/unit/test_attribute_docstrings.py``
 compares every SDK model's). Anything it cannot place (no file, no class statement on that
