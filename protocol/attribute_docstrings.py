@@ -4,17 +4,18 @@ The ACP SDK's schema models set ``use_attribute_docstrings``: each field's descr
 string literal under it in the source. On Python < 3.13, pydantic finds a class's source by
 walking the stack and calling ``inspect.getmodule`` on every frame (a scan of
 ``sys.modules`` whenever a frame's file is not in its cache), then tokenizes the class's block
-(``inspect.getblock``) and parses it. For the SDK's ~280 models that is a third of the CPU
-of starting the example agent, and of every ``acpctl`` command that speaks ACP
-(docs/benchmarks.md, "Agent start").
+(``inspect.getblock``) and parses it. For the SDK's ~280 models that is about a fifth of the
+CPU of starting the example agent, and of what ``acpctl serve`` imports (docs/benchmarks.md,
+"Agent start").
 
 :func:`install` puts a function in its place that parses each source file once, keeps each
-class statement's answer, and answers from those: the same frame (the innermost one running code of the class's
-file), the same class statement (the one that starts on that frame's line), pydantic's own
-visitor over the same body, so the same descriptions (``tests/unit/test_attribute_docstrings.py``
-compares every SDK model's). Anything it cannot place (no file, no class statement on that
-line, a tree that cannot be parsed, pydantic internals not as expected) goes to pydantic's
-own function: the worst case is pydantic's speed.
+class statement's answer, and answers from those: the same frame (the innermost one running
+code of the class's file), the same class statement (the one that starts on that frame's
+line), pydantic's own visitor over the same body, so the same descriptions
+(``tests/unit/test_attribute_docstrings.py`` compares every SDK model's). Anything it cannot
+place (no file, no class statement on that line, a tree that cannot be parsed, pydantic
+internals not as expected) goes to pydantic's own function: the worst case is pydantic's
+speed.
 
 It replaces a function inside pydantic, so only the project's own programs install it
 (``acpctl``, the example agent), before they import the SDK; importing ``control_plane`` as a
