@@ -5,9 +5,9 @@ Two sides, interleaved, the order rotating each round: ``reader`` (as shipped) a
 ``pydantic`` (``ACPCTL_FAST_DOCSTRINGS=0``: pydantic's own function, once per class). For
 each side, fresh processes:
 
-- ``agent``: the bundled example agent, from spawn to ``session/new`` answered (``ready_s``),
-  and the CPU (user + system) the process used in all, read from ``wait4`` after it exits on
-  EOF;
+- ``agent``: the bundled example agent, from spawn to ``session/new`` answered (``ready_s``,
+  timed as bench/serve_ready.py times it, by the SDK's client), and the CPU (user + system)
+  the process used in all, once reaped;
 - ``serve_imports``: what ``acpctl serve`` imports before it answers ``initialize``
   (``python -c 'import control_plane.serve.run'`` after ``install_on_import``, as
   ``acpctl``'s ``main`` does), to exit, with its CPU.
@@ -22,12 +22,13 @@ ratios. Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
-import subprocess
+import resource
 import sys
 import tempfile
-import time
+from collections.abc import Awaitable
 from typing import Any
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -35,13 +36,16 @@ if sys.path[0] != _REPO_ROOT:
     sys.path.insert(0, _REPO_ROOT)
 
 from bench._common import child_env, example_agent_argv, machine_info, median  # noqa: E402
+from bench.serve_ready import time_to_exit, time_to_ready  # noqa: E402
 
 SIDES = ("reader", "pydantic")
-SERVE_IMPORTS = (
+SERVE_IMPORTS = [
+    sys.executable,
+    "-c",
     "from protocol.attribute_docstrings import install_on_import\n"
     "install_on_import()\n"
-    "import control_plane.serve.run\n"
-)
+    "import control_plane.serve.run\n",
+]
 
 
 def _side_env(base: dict[str, str], side: str) -> dict[str, str]:
@@ -51,43 +55,34 @@ def _side_env(base: dict[str, str], side: str) -> dict[str, str]:
     return env
 
 
-def _cpu_s(usage: Any) -> float:
-    return float(usage.ru_utime + usage.ru_stime)
+async def _with_cpu(timed: Awaitable[float]) -> tuple[float, float]:
+    """(what ``timed`` gives, the CPU, user + system, of the processes it started and
+    reaped): this bench starts one process at a time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    took = await timed  # a coroutine runs only when awaited: after the first reading
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu
 
 
-def agent_ready(env: dict[str, str], workdir: str) -> tuple[float, float]:
-    """(spawn to ``session/new`` answered, the process's CPU in all) of one example agent."""
-    argv = example_agent_argv(os.path.join(workdir, "state.json"))
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def ask(request_id: int, method: str, params: dict[str, Any]) -> None:
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        proc.stdin.write((json.dumps(message) + "\n").encode())  # type: ignore[union-attr]
-        proc.stdin.flush()  # type: ignore[union-attr]
-        while json.loads(proc.stdout.readline()).get("id") != request_id:  # type: ignore[union-attr]
-            pass
-
-    ask(1, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-    ask(2, "session/new", {"cwd": workdir, "mcpServers": []})
-    ready = time.perf_counter() - start
-    proc.stdin.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    proc.stdout.close()
-    return ready, _cpu_s(usage)
-
-
-def serve_imports(env: dict[str, str], workdir: str) -> tuple[float, float]:
-    """(spawn to exit, CPU) of a process importing what serve needs to answer ``initialize``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", SERVE_IMPORTS], env=env, cwd=workdir)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError("serve's imports failed")
-    return time.perf_counter() - start, _cpu_s(usage)
+async def _rounds(rounds: int, workdir: str, quiet: bool) -> dict[str, dict[str, list[float]]]:
+    keys = ("agent_ready_s", "agent_cpu_s", "serve_imports_s", "serve_imports_cpu_s")
+    samples: dict[str, dict[str, list[float]]] = {s: {k: [] for k in keys} for s in SIDES}
+    base = child_env(workdir)
+    agent = example_agent_argv(os.path.join(workdir, "state.json"))
+    for n in range(rounds):
+        for side in SIDES if n % 2 == 0 else SIDES[::-1]:
+            env = _side_env(base, side)
+            # The agent's CPU counts once it is reaped: time_to_ready's stack closes it.
+            ready, cpu = await _with_cpu(time_to_ready(agent, workdir, env, side))
+            samples[side]["agent_ready_s"].append(ready)
+            samples[side]["agent_cpu_s"].append(cpu)
+            took, cpu = await _with_cpu(time_to_exit(SERVE_IMPORTS, workdir, env))
+            samples[side]["serve_imports_s"].append(took)
+            samples[side]["serve_imports_cpu_s"].append(cpu)
+        if not quiet:
+            print(f"round {n + 1}/{rounds}", file=sys.stderr)
+    return samples
 
 
 def _summary(samples: dict[str, dict[str, list[float]]], key: str) -> dict[str, Any]:
@@ -106,22 +101,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    keys = ("agent_ready_s", "agent_cpu_s", "serve_imports_s", "serve_imports_cpu_s")
-    samples: dict[str, dict[str, list[float]]] = {s: {k: [] for k in keys} for s in SIDES}
     with tempfile.TemporaryDirectory(prefix="acpctl-bench-start-") as workdir:
-        base = child_env(workdir)
-        for n in range(args.rounds):
-            order = SIDES if n % 2 == 0 else SIDES[::-1]
-            for side in order:
-                env = _side_env(base, side)
-                ready, cpu = agent_ready(env, workdir)
-                samples[side]["agent_ready_s"].append(ready)
-                samples[side]["agent_cpu_s"].append(cpu)
-                took, cpu = serve_imports(env, workdir)
-                samples[side]["serve_imports_s"].append(took)
-                samples[side]["serve_imports_cpu_s"].append(cpu)
-            if not args.json:
-                print(f"round {n + 1}/{args.rounds}", file=sys.stderr)
+        samples = asyncio.run(_rounds(args.rounds, workdir, args.json))
+    keys = list(samples["reader"])
     result = {
         "rounds": args.rounds,
         "machine": machine_info(),

@@ -14,7 +14,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Prints {module.class: {field: description}} of every pydantic model of the given modules,
+# Prints [module.class, {field: description}] of every pydantic model of the given modules,
 # and how often pydantic's own function was asked (counted from the interpreter's start).
 _DESCRIBE = """
 import importlib, json, sys
@@ -30,16 +30,14 @@ if mode == "installed":
     from protocol.attribute_docstrings import install
     assert install()
 import pydantic
-seen = {}
+seen = {}  # one entry per class (two classes may share a name)
 for name in modules:
     module = importlib.import_module(name)
-    for value in list(vars(module).values()) + list(getattr(module, "MADE", [])):
+    for value in [*vars(module).values(), *getattr(module, "MADE", [])]:
         if isinstance(value, type) and issubclass(value, pydantic.BaseModel):
-            key = f"{name}.{value.__qualname__}@{id(value)}"
-            seen[key.rsplit("@", 1)[0] if not getattr(module, "MADE", None) else key] = {
-                field: info.description for field, info in value.model_fields.items()
-            }
-print(json.dumps({"models": seen, "asked": asked}))
+            described = {field: info.description for field, info in value.model_fields.items()}
+            seen[id(value)] = [f"{name}.{value.__qualname__}", described]
+print(json.dumps({"models": list(seen.values()), "asked": asked}))
 """
 
 
@@ -62,15 +60,15 @@ def _describe(mode: str, modules: list[str], path: Path | None = None) -> dict[s
 def test_every_sdk_model_gets_the_descriptions_pydantic_gives_without_asking_pydantic() -> None:
     stock = _describe("stock", ["acp.schema"])
     installed = _describe("installed", ["acp.schema"])
-    described = [d for fields in stock["models"].values() for d in fields.values() if d]
+    described = [d for _, fields in stock["models"] for d in fields.values() if d]
     assert len(stock["models"]) > 250 and len(described) > 800  # the SDK's schema, described
     assert installed["models"] == stock["models"]
     assert len(stock["asked"]) > 250
     assert installed["asked"] == []  # every SDK class placed from the file's one reading
 
 
-# Class statements in the shapes a file can hold them; ids in the keys keep the two
-# same-named classes apart (the reason pydantic walks frames on Python < 3.13).
+# Class statements in the shapes a file can hold them, two classes of one name among them
+# (the reason pydantic walks frames on Python < 3.13).
 _SHAPES = '''
 from pydantic import BaseModel, ConfigDict
 
@@ -170,7 +168,7 @@ def test_classes_of_every_shape_get_pydantic_s_answer(tmp_path: Path) -> None:
     installed = _describe("installed", ["shapes"], tmp_path)
 
     def by_name(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        found = [(key.split("@")[0], fields) for key, fields in report["models"].items()]
+        found = [(name, fields) for name, fields in report["models"]]
         return sorted(found, key=json.dumps)
 
     assert by_name(installed) == by_name(stock)
